@@ -1,0 +1,132 @@
+"""
+Usage:
+  mu <verb> [<args>...]
+  mu help [<verb>]
+  mu --version
+
+Verbs:
+  plugin    register, inspect and call plugins
+  log       read the journal of plugin processes and mu's own events
+  help      print a verb's usage
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from types import ModuleType
+from typing import List, Optional
+
+import mu
+from mu.cli.output import error
+from mu.errors import EXIT_USAGE, LoadRuleError, MuError, Refused, Terminating, TrustError, UsageError
+
+# One table of verb groups; each module's docstring is its docopt usage and
+# its `run(args)` the verb.
+GROUPS = {
+    "plugin": "mu.cli.plugin",
+    "log": "mu.cli.log",
+}
+
+EXIT_INTERNAL = 70  # mu itself failed: a bug, reported with its traceback
+
+
+def group_module(verb: str) -> ModuleType:
+    if verb not in GROUPS:
+        raise UsageError(f"{verb!r} is not a mu verb", "`mu help` lists the verbs")
+    return importlib.import_module(GROUPS[verb])
+
+
+def usage_of(verb: Optional[str]) -> str:
+    doc = (group_module(verb).__doc__ if verb else __doc__) or ""
+    return doc.strip("\n")
+
+
+def parse(module: ModuleType, argv: List[str]) -> dict:
+    """docopt over the group's usage; bad usage is a `UsageError`."""
+    from docopt import DocoptExit, docopt
+
+    try:
+        return docopt(module.__doc__, argv=argv, default_help=False)
+    except DocoptExit:
+        raise UsageError(f"bad usage of `mu {argv[0]}`", f"`mu help {argv[0]}` prints its usage") from None
+
+
+def _wants_help(argv: List[str]) -> bool:
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return "-h" in words or "--help" in words
+
+
+def dispatch(argv: List[str]) -> int:
+    if not argv:
+        sys.stderr.write(usage_of(None) + "\n")
+        return EXIT_USAGE
+    verb = argv[0]
+    if verb in ("-h", "--help"):
+        print(usage_of(None))
+        return 0
+    if verb == "--version":
+        print(f"mu {mu.__version__}")
+        return 0
+    if verb == "help":
+        if len(argv) > 2:
+            raise UsageError("`mu help` takes at most one verb")
+        print(usage_of(argv[1] if len(argv) > 1 else None))
+        return 0
+    module = group_module(verb)
+    if _wants_help(argv[1:]):
+        print(usage_of(verb))
+        return 0
+    return module.run(parse(module, argv))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from mu.runtime.supervisor import supervisor
+
+    argv = sys.argv[1:] if argv is None else argv
+    supervisor.install()
+    code = 0
+    try:
+        code = dispatch(argv)
+    except MuError as e:
+        error(e.message, e.hint)
+        if isinstance(e, (Refused, TrustError, LoadRuleError)):
+            _journal_refusal(e)
+        code = e.exit_code
+    except Terminating as t:
+        code = 128 + t.signum
+    except BrokenPipeError:
+        code = 0  # the reader went away (`mu log | head`): not an error
+        _quiet_stdout()
+    except Exception:
+        traceback.print_exc()
+        error("internal error: the traceback above is a bug in mu")
+        supervisor.crash()
+        code = EXIT_INTERNAL
+    finally:
+        try:
+            supervisor.finish()  # re-raises a terminating signal: 128+N
+        except Terminating as t:
+            code = 128 + t.signum
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+    return code
+
+
+def _journal_refusal(e: MuError) -> None:
+    from mu.store.journal import journal
+
+    try:
+        journal().record(f"refused: {e.message}")
+    except Exception:
+        pass
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -1,0 +1,138 @@
+"""
+Usage:
+  mu plugin add <name> -- <argv>...
+  mu plugin list [--json]
+  mu plugin show <name> [--json]
+  mu plugin call <name> <method> [<params-json>] [--host <h>]
+  mu plugin rm <name>
+
+Options:
+  --json        Print one JSON document on stdout and nothing else there.
+  --host <h>    The host the call's target names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+from mu.cli.output import emit, emit_json, error, table
+from mu.errors import CallError, Refused, UsageError
+from mu.runtime import trust
+from mu.runtime.client import PluginClient
+from mu.store import plugins
+from mu.store.journal import journal
+
+# Methods that `plugin call` never sends: mu's own, the effects (which must
+# go through intent records), and the link's acting methods.
+_MU_OWN = frozenset({"initialize", "shutdown", "$/cancel"})
+_LINK_ACTS = frozenset({"link.exec", "link.fetch", "link.push"})
+
+
+def run(args: Dict[str, Any]) -> int:
+    if args["add"]:
+        return add(args["<name>"], args["<argv>"])
+    if args["list"]:
+        return list_(args["--json"])
+    if args["show"]:
+        return show(args["<name>"], args["--json"])
+    if args["call"]:
+        return call(args["<name>"], args["<method>"], args["<params-json>"], args["--host"])
+    if args["rm"]:
+        return rm(args["<name>"])
+    raise UsageError("no such `mu plugin` verb")
+
+
+def add(name: str, argv: list) -> int:
+    trust.check_name(name)
+    plugins.check_argv(name, argv)  # refused before anything runs
+    trust.check_executable(name, argv[0])
+    client = PluginClient(name, argv)
+    handshake = client.started()
+    client.stop("registered")
+    record = plugins.register(name, argv, handshake)
+    journal().record(f"plugin add {name}: seams {','.join(sorted(record.seams))}", plugin=name)
+    emit(f"registered plugin {name}: {_seams_text(record.seams)}, instance {handshake['instance']}")
+    return 0
+
+
+def list_(as_json: bool) -> int:
+    records = plugins.all_plugins()
+    if as_json:
+        emit_json({"plugins": [r.as_json() for r in records]})
+        return 0
+    if not records:
+        emit("no plugins registered (`mu plugin add <name> -- <argv>...` registers one)")
+        return 0
+    table([[r.name, ",".join(sorted(r.seams)), " ".join(r.argv)] for r in records], ["NAME", "SEAMS", "ARGV"])
+    return 0
+
+
+def show(name: str, as_json: bool) -> int:
+    record = plugins.get(name)
+    document = record.as_json()
+    if as_json:
+        emit_json(document)
+        return 0
+    emit(f"name:      {record.name}")
+    emit(f"argv:      {' '.join(record.argv)}")
+    emit(f"version:   {document['version']}")
+    emit(f"instance:  {document['instance']}")
+    emit(f"protocol:  {document['protocol']}")
+    emit(f"schema:    {document['schema']}")
+    for seam, declared in sorted(record.seams.items()):
+        emit(f"seam {seam}: {json.dumps(declared, sort_keys=True)}")
+    return 0
+
+
+def call(name: str, method: str, params_json: Any, host: Any) -> int:
+    from mu.schema import EFFECT_METHODS
+
+    if method in EFFECT_METHODS:
+        raise Refused(f"{method} is an effect: `mu plugin call` sends only reads", "effects go through mu's verbs, which keep intent records")
+    if method in _LINK_ACTS:
+        raise Refused(f"{method} acts on a host: `mu plugin call` sends only reads", "use `mu host exec`")
+    if method in _MU_OWN:
+        raise Refused(f"{method} is mu's own message, not a call")
+    params: Dict[str, Any] = {}
+    if params_json is not None:
+        try:
+            params = json.loads(params_json)
+        except ValueError as e:
+            raise UsageError(f"<params-json> is not JSON: {e}") from None
+        if not isinstance(params, dict):
+            raise UsageError("<params-json> must be a JSON object")
+    params.setdefault("target", {"host": {"name": host or ""}})
+    record = plugins.get(name)
+    client = PluginClient(name, record.argv, recorded=record.handshake)
+    result = client.call(method, params)
+    emit_json(result)
+    problem = _schema_problem(method, result)
+    if problem:
+        error(f"the result of {method} does not match the protocol's schema: {problem}")
+        return CallError.exit_code
+    return 0
+
+
+def _schema_problem(method: str, result: Any) -> str:
+    from mu.schema import METHODS, SchemaViolation, validate_result
+
+    if method not in METHODS:
+        return ""
+    try:
+        validate_result(method, result)
+    except SchemaViolation as e:
+        return str(e)
+    return ""
+
+
+def rm(name: str) -> int:
+    plugins.remove(name)
+    journal().record(f"plugin rm {name}", plugin=name)
+    emit(f"removed plugin {name}")
+    return 0
+
+
+def _seams_text(seams: Dict[str, Any]) -> str:
+    names = sorted(seams)
+    return ("seams " + ", ".join(names)) if names else "no seams"

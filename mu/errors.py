@@ -1,0 +1,137 @@
+"""Every error mu reports, and the exit code each one means.
+
+One tree, one place that turns it into an exit status (`mu.cli.main`).
+A caller may rely on `exit_code` being the code DESIGN.md documents:
+
+    0  done
+    1  an effect's or a delivery's outcome is unknown
+    2  bad usage or bad input, or a refusal before any plugin call
+    4  the plugin is refused: trust checks or load rules
+    5  a plugin call failed definitely
+    7  `mu wait` fired an urgent `deadline` event
+
+`message` is one line; `hint`, when present, is one line of remedy.  They
+print as ``mu: <message>`` and ``(<hint>)``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+EXIT_OK = 0
+EXIT_UNKNOWN = 1
+EXIT_USAGE = 2
+EXIT_REFUSED_PLUGIN = 4
+EXIT_CALL_FAILED = 5
+EXIT_DEADLINE = 7
+
+
+class MuError(Exception):
+    """Base of every error mu reports to its user."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = _one_line(message)
+        self.hint = _one_line(hint) if hint else None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# -- 2: usage, input, refusals before any plugin call -------------------------
+
+
+class UsageError(MuError):
+    """The command line or an argument is malformed."""
+
+
+class NotFound(MuError):
+    """A name (plugin, host, agent...) that mu has no record of."""
+
+
+class Refused(MuError):
+    """mu will not do it, and has called no plugin: `rm` of a plugin in use,
+    another argv for a registered name, an effect through `plugin call`."""
+
+
+# -- 4: the plugin is refused ---------------------------------------------------
+
+
+class PluginRefused(MuError):
+    """Trust checks or load rules refuse the plugin (protocol, "Registration
+    and trust" and "Load rules")."""
+
+    exit_code = EXIT_REFUSED_PLUGIN
+
+
+class TrustError(PluginRefused):
+    """The executable fails a trust check: not absolute, wrong basename, not a
+    regular file, not ours, writable by group or world."""
+
+
+class LoadRuleError(PluginRefused):
+    """The handshake reply breaks a load rule."""
+
+
+# -- 5 and 1: the outcome of a call ---------------------------------------------
+
+
+class CallError(MuError):
+    """A plugin call that did not return a result."""
+
+    exit_code = EXIT_CALL_FAILED
+
+
+class Retryable(CallError):
+    """`data.kind: retryable`: nothing happened; worth the same params again."""
+
+
+class Permanent(CallError):
+    """`data.kind: permanent`: nothing happened, and a retry will not help."""
+
+
+class Human(CallError):
+    """`data.kind: human`: a person must act; `remedy` says how."""
+
+    def __init__(self, message: str, remedy: str = "") -> None:
+        super().__init__(message, remedy or None)
+        self.remedy = remedy
+
+
+class UnknownOutcome(CallError):
+    """The call may have had its effect; `key` names what resolves it."""
+
+    exit_code = EXIT_UNKNOWN
+
+    def __init__(self, message: str, hint: Optional[str] = None, key: Optional[str] = None) -> None:
+        super().__init__(message, hint)
+        self.key = key
+
+
+class Unanswered(CallError):
+    """The plugin gave no answer: it broke the protocol, died, or ran past the
+    call's deadline.  For a read the answer is unknown; a caller that sent an
+    effect must treat this as an unknown outcome."""
+
+
+class Cancelled(CallError):
+    """The call was cancelled before a byte of it was written: a definite
+    refusal, never an unknown outcome (protocol, "Timeouts and cancel")."""
+
+
+class Terminating(BaseException):
+    """A SIGINT, SIGTERM or SIGHUP reached mu.
+
+    A BaseException, like KeyboardInterrupt, so that cleanup runs through
+    ``finally`` and no ``except Exception`` swallows it.  `signum` is re-raised
+    once every plugin group is empty (protocol, "Process")."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -1,0 +1,123 @@
+"""JSON-RPC 2.0 envelopes as protocol v1 allows them from a plugin.
+
+What a plugin may send (protocol "Transport"): a reply to a pending request,
+carrying `result` (null when it has none) or an `error` with `data.kind`;
+and the two notifications that end a watch.  Anything else, a request to
+mu, an unknown envelope field, a reply with both or neither of `result` and
+`error`, is a `ProtocolViolation`.  Whether a reply's id is pending is the
+endpoint's business, not this module's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Union
+
+ERROR_KINDS = ("retryable", "permanent", "human", "unknown-outcome")
+NOTIFICATIONS = ("watch/settled", "watch/restarted")
+
+_REPLY_RESULT_KEYS = frozenset({"jsonrpc", "id", "result"})
+_REPLY_ERROR_KEYS = frozenset({"jsonrpc", "id", "error"})
+_NOTIFICATION_KEYS = frozenset({"jsonrpc", "method", "params"})
+_ERROR_KEYS = frozenset({"code", "message", "data"})
+
+
+class ProtocolViolation(ValueError):
+    """A message a plugin must not send; `str()` says which rule, in one line."""
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    code: int
+    message: str
+    kind: str
+    data: Dict[str, Any]
+
+    @property
+    def remedy(self) -> str:
+        value = self.data.get("remedy")
+        return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: int
+    result: Any = None
+    error: Optional[ErrorReply] = None
+
+
+@dataclass(frozen=True)
+class Notification:
+    method: str
+    params: Dict[str, Any]
+
+
+def request(id: int, method: str, params: Dict[str, Any]) -> Dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+
+
+def notification(method: str, params: Dict[str, Any]) -> Dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse(message: Dict[str, Any]) -> Union[Reply, Notification]:
+    """Classify one decoded message from a plugin, or refuse it."""
+    if message.get("jsonrpc") != "2.0":
+        raise ProtocolViolation('message without "jsonrpc": "2.0"')
+    keys = message.keys()
+    if "method" in message:
+        if "id" in message:
+            # protocol "Transport": the plugin sends no request to mu
+            raise ProtocolViolation(f"plugin sent a request ({_short(message.get('method'))}) to mu")
+        extra = keys - _NOTIFICATION_KEYS
+        if extra:
+            raise ProtocolViolation(f"notification with unknown field {sorted(extra)[0]!r}")
+        method = message["method"]
+        if method not in NOTIFICATIONS:
+            raise ProtocolViolation(f"notification {_short(method)} is not watch/settled or watch/restarted")
+        params = message.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("watchId"), (str, int)):
+            raise ProtocolViolation(f"{method} without a watchId")
+        return Notification(method, params)
+    if "id" not in message:
+        raise ProtocolViolation("message is neither a reply nor a notification")
+    if not _is_int(message["id"]):
+        raise ProtocolViolation(f"reply id {_short(message['id'])} is not one mu sent")
+    if "error" in message:
+        extra = keys - _REPLY_ERROR_KEYS
+        if extra:
+            raise ProtocolViolation(f"reply with unknown field {sorted(extra)[0]!r}")
+        return Reply(message["id"], None, _parse_error(message["error"]))
+    if "result" not in message:
+        # protocol "Transport": a reply always carries result
+        raise ProtocolViolation("reply carries neither result nor error")
+    extra = keys - _REPLY_RESULT_KEYS
+    if extra:
+        raise ProtocolViolation(f"reply with unknown field {sorted(extra)[0]!r}")
+    return Reply(message["id"], message["result"])
+
+
+def _parse_error(error: Any) -> ErrorReply:
+    if not isinstance(error, dict):
+        raise ProtocolViolation("reply error is not an object")
+    extra = error.keys() - _ERROR_KEYS
+    if extra:
+        raise ProtocolViolation(f"reply error with unknown field {sorted(extra)[0]!r}")
+    code, message, data = error.get("code"), error.get("message"), error.get("data")
+    if not _is_int(code) or not isinstance(message, str):
+        raise ProtocolViolation("reply error without an integer code and a message")
+    # protocol "Errors": an error carries data.kind
+    if not isinstance(data, dict) or data.get("kind") not in ERROR_KINDS:
+        raise ProtocolViolation("reply error without a data.kind of retryable, permanent, human or unknown-outcome")
+    if data["kind"] == "human" and not isinstance(data.get("remedy"), str):
+        raise ProtocolViolation("human error without data.remedy")
+    return ErrorReply(code, message, data["kind"], data)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,1 @@
+"""Running plugins: their processes, groups, signals and the one stop sequence."""

@@ -1,0 +1,167 @@
+"""A registered plugin as one invocation uses it.
+
+`PluginClient` starts the plugin on first need (trust checks again, then
+the handshake and every load rule), fills in each call's `deadline`,
+retries `retryable` answers with the same params, and starts the plugin
+again after a stop, except once it broke the protocol (refused for the
+rest of the invocation) or mu is terminating (protocol "Process" and
+"Timeouts and cancel").
+
+The handshake reply is checked against the declaration `mu plugin add`
+recorded.  A reply equal to the recorded one needs no schema validation,
+which keeps `jsonschema` off the path of every verb but `add`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, FrozenSet, List, Optional
+
+import mu
+from mu import environment
+from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
+from mu.runtime import trace, trust
+from mu.runtime.deadline import READ_TIMEOUT_S, Deadline
+from mu.runtime.process import RUNNING, PluginProcess, Token
+from mu.runtime.supervisor import supervisor
+from mu.store.journal import Journal, journal
+
+RETRIES = 3  # protocol "Errors": retryable is retried at most three times
+RETRY_PAUSES_S = (0.05, 0.2, 0.5)
+PROTOCOL_RANGE = {"min": 1, "max": 1}
+
+
+class PluginClient:
+    def __init__(
+        self,
+        name: str,
+        argv: List[str],
+        *,
+        recorded: Optional[Dict[str, Any]] = None,
+        needed_seams: FrozenSet[str] = frozenset(),
+        journal_: Optional[Journal] = None,
+        env: Optional[Dict[str, str]] = None,
+        on_stderr: Any = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.recorded = recorded
+        self.needed_seams = needed_seams
+        self.journal = journal_ or journal()
+        self.env = env
+        self.on_stderr = on_stderr
+        self.process: Optional[PluginProcess] = None
+        self.handshake: Optional[Dict[str, Any]] = None
+        self.refused: Optional[str] = None
+
+    @property
+    def instance(self) -> str:
+        return self.started()["instance"] if self.handshake is None else self.handshake["instance"]
+
+    # -- starting ----------------------------------------------------------------
+
+    def started(self) -> Dict[str, Any]:
+        """Start the plugin if it is not running; returns its handshake reply.
+        Raises `PluginRefused` (trust, load rules, a failed handshake)."""
+        if self.process is not None and self.process.state == RUNNING and self.handshake is not None:
+            return self.handshake
+        if self.refused:
+            raise LoadRuleError(f"plugin {self.name} is refused for this invocation: {self.refused}")
+        if supervisor.terminating:
+            raise Cancelled(f"plugin {self.name} not started: mu is terminating")
+        trust.check_executable(self.name, self.argv[0])  # protocol: again at every start
+        env = self.env if self.env is not None else environment.plugin_environment()
+        process = PluginProcess(self.name, self.argv, env, self.journal, trace.current(), self.on_stderr)
+        self.process = process
+        try:
+            process.start()
+        except Unanswered as e:
+            raise LoadRuleError(str(e)) from None
+        try:
+            result = self._handshake(process)
+        except MuError as e:
+            process.stop("its handshake was refused")
+            self.journal.record(f"refused: {e.message}", plugin=self.name, pid=process.pid)
+            if process.broken:
+                self.refused = process.broken
+            raise
+        self.handshake = result
+        self.journal.record(f"handshake ok instance={result['instance']}", plugin=self.name, pid=process.pid)
+        return result
+
+    def _handshake(self, process: PluginProcess) -> Dict[str, Any]:
+        params = {"protocol": PROTOCOL_RANGE, "mu": mu.__version__}
+        try:
+            result = process.request("initialize", params, Deadline.after(READ_TIMEOUT_S))
+        except Unanswered as e:
+            raise LoadRuleError(f"plugin {self.name} did not answer the handshake: {_after_name(str(e), self.name)}") from None
+        except Cancelled:
+            raise
+        except MuError as e:
+            # protocol "Load rules": answered the handshake with an error
+            raise LoadRuleError(f"plugin {self.name} answered the handshake with an error: {_after_name(e.message, self.name)}") from None
+        if self.recorded is not None and _same_reply(result, self.recorded):
+            _check_instance(self.name, result)
+            return result
+        from mu.declaration import check_handshake, declaration_of
+
+        check_handshake(result, expected_name=self.name, needed_seams=self.needed_seams)
+        if self.recorded is not None and declaration_of(result) != declaration_of(self.recorded):
+            raise LoadRuleError(
+                f"plugin {self.name} declares other seams than `mu plugin add` recorded",
+                f"if the change is meant, run `mu plugin add {self.name} -- {' '.join(self.argv)}` again",
+            )
+        return result
+
+    # -- calls -------------------------------------------------------------------
+
+    def call(
+        self,
+        method: str,
+        params: Dict[str, Any],
+        *,
+        timeout_s: float = READ_TIMEOUT_S,
+        cancel: Optional[Token] = None,
+    ) -> Any:
+        """One call, retried while the plugin answers `retryable`.  `params`
+        must hold `target`; `deadline` is set afresh for every attempt."""
+        for attempt in range(RETRIES + 1):
+            self.started()
+            assert self.process is not None
+            deadline = Deadline.after(timeout_s)
+            sent = dict(params)
+            sent["deadline"] = deadline.epoch_ms
+            try:
+                return self.process.request(method, sent, deadline, cancel)
+            except Retryable as e:
+                if attempt == RETRIES:
+                    raise Retryable(f"{e.message} (retryable; tried {RETRIES + 1} times)") from None
+                time.sleep(RETRY_PAUSES_S[attempt])
+            finally:
+                if self.process.broken:
+                    self.refused = self.process.broken
+        raise AssertionError("unreachable")
+
+    def stop(self, reason: str = "done") -> None:
+        if self.process is not None:
+            self.process.stop(reason)
+
+
+def _same_reply(result: Any, recorded: Dict[str, Any]) -> bool:
+    if not isinstance(result, dict):
+        return False
+    mine = {k: v for k, v in result.items() if k != "instance"}
+    theirs = {k: v for k, v in recorded.items() if k != "instance"}
+    return json.dumps(mine, sort_keys=True) == json.dumps(theirs, sort_keys=True)
+
+
+def _check_instance(name: str, result: Dict[str, Any]) -> None:
+    instance = result.get("instance")
+    if not isinstance(instance, str) or not 1 <= len(instance) <= 128:
+        raise LoadRuleError(f"plugin {name} sent an instance that is not 1 to 128 characters")
+
+
+def _after_name(text: str, name: str) -> str:
+    prefix = f"plugin {name}: "
+    return text[len(prefix):] if text.startswith(prefix) else text

@@ -1,0 +1,132 @@
+"""Process groups: how mu proves one empty, kills one, and never signals a
+stranger.
+
+mu tracks a plugin's group, not its leader (protocol "Process").  A group
+is empty when no live process is in it; a zombie counts as gone, and one
+whose parent is mu is reaped on the way.  mu makes itself a child
+subreaper (Linux), so the orphans a plugin leaves behind come to mu, not to
+an init that may never reap them, and a test can prove nothing is left.
+
+Pid reuse: a group recorded by an earlier invocation is signalled only after
+`same_group` proves it is the one recorded: its leader's start time still
+matches, or the leader is gone while members remain (the kernel keeps a pid
+in use while it names a live group, so that group cannot be a new one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import List, Optional
+
+_subreaper = False
+
+
+def become_subreaper() -> bool:
+    """Make mu the reaper of its plugins' orphans (Linux); True when it is."""
+    global _subreaper
+    if _subreaper:
+        return True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_CHILD_SUBREAPER = 36
+        _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        _subreaper = False
+    return _subreaper
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def members(pgid: int, spare: int = 0) -> List[int]:
+    """The live processes of group `pgid`.  A zombie is not live; one whose
+    parent is mu is reaped on the way, except `spare` (a leader that its
+    `Popen` must reap, to keep its exit status)."""
+    import psutil
+
+    me = os.getpid()
+    live = []
+    for proc in psutil.process_iter(["ppid", "status"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+        except (ProcessLookupError, PermissionError):
+            continue
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            if proc.info["ppid"] == me and proc.pid != spare:
+                _reap(proc.pid)
+            continue
+        live.append(proc.pid)
+    return live
+
+
+def group_empty(pgid: int, spare: int = 0) -> bool:
+    """No live process is in group `pgid` (see `members`)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return not members(pgid, spare)
+
+
+def wait_group_empty(pgid: int, deadline: float) -> bool:
+    """Wait until group `pgid` is empty or `deadline` (monotonic) passes."""
+    pause = 0.002
+    while True:
+        if group_empty(pgid):
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, 0.05)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group `pgid`, a group mu itself started in
+    this invocation and has not yet proven empty."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_time(pid: int) -> Optional[float]:
+    """The process's start time (psutil's `create_time`), or None if gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def same_group(pgid: int, leader_start_time: float) -> bool:
+    """Whether group `pgid` is still the group whose leader started at
+    `leader_start_time` (see the module's note on pid reuse)."""
+    started = start_time(pgid)
+    if started is not None:
+        return abs(started - leader_start_time) < 0.01
+    return bool(members(pgid))
+
+
+def signal_recorded_group(pgid: int, leader_start_time: float, sig: int = signal.SIGKILL) -> bool:
+    """Signal a group recorded by another invocation, only once proven the
+    same; True when a signal was sent."""
+    if not same_group(pgid, leader_start_time):
+        return False
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

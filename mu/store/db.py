@@ -1,0 +1,97 @@
+"""Opening mu's database: one short connection per unit of work.
+
+Guarantees: WAL journal, `synchronous=NORMAL`, a busy timeout of several
+seconds (concurrent invocations wait for each other instead of failing),
+foreign keys on, and every migration applied before the connection is
+handed out.  A database from a newer mu is refused (`MuError`).
+
+Never hold a write transaction across a plugin call: a plugin may take
+seconds, and every other invocation would wait on it.  `transaction()`
+takes the write lock up front (`BEGIN IMMEDIATE`), so a read-then-write
+inside it cannot be overtaken by another writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from typing import Iterator, Optional
+
+from mu import environment
+from mu.errors import MuError
+from mu.store.migrations import LATEST, MIGRATIONS
+
+BUSY_TIMEOUT_MS = 10_000
+
+_migrated = set()
+
+
+def connect(path: Optional[str] = None) -> sqlite3.Connection:
+    """A new connection to the database at `path` (default: `MU_DB_PATH`)."""
+    path = path or environment.db_path()
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    # isolation_level=None: mu says BEGIN itself, so nothing opens a
+    # transaction behind its back and holds the write lock.
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if path not in _migrated:
+        conn.execute("PRAGMA journal_mode = WAL")
+        _migrate(conn, path)
+        _migrated.add(path)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > LATEST:
+        raise MuError(
+            f"database {path} was written by a newer mu (schema {version}, this mu knows {LATEST})",
+            "upgrade mu, or point MU_DB_PATH elsewhere",
+        )
+    if version == LATEST:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # re-read under the write lock: another invocation may have migrated
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number in range(version + 1, LATEST + 1):
+            for statement in MIGRATIONS[number - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def transaction(path: Optional[str] = None) -> Iterator[sqlite3.Connection]:
+    """A connection inside `BEGIN IMMEDIATE`; committed on success, rolled
+    back on any exception, closed either way."""
+    conn = connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def reading(path: Optional[str] = None) -> Iterator[sqlite3.Connection]:
+    """A connection for reads only; closed afterwards."""
+    conn = connect(path)
+    try:
+        yield conn
+    finally:
+        conn.close()

@@ -1,0 +1,128 @@
+"""Registered plugins: name, argv and the declaration `mu plugin add` saw.
+
+`register` and `remove` each check and write in one `BEGIN IMMEDIATE`
+transaction, so two invocations adding or removing at once cannot slip a
+duplicate argv, a shared channel name or a dangling consumer past the
+checks (protocol "Registration and trust").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from mu.errors import NotFound, Refused
+from mu.store import db
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    name: str
+    argv: List[str]
+    handshake: Dict[str, Any]
+    channel: Optional[str]
+    added_at: int
+    updated_at: int
+
+    @property
+    def seams(self) -> Dict[str, Any]:
+        return self.handshake.get("seams", {})
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "argv": self.argv,
+            "version": self.handshake.get("plugin", {}).get("version"),
+            "instance": self.handshake.get("instance"),
+            "protocol": self.handshake.get("protocol"),
+            "schema": self.handshake.get("schema"),
+            "seams": self.seams,
+            "addedAt": self.added_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+def _record(row: Any) -> PluginRecord:
+    return PluginRecord(row["name"], json.loads(row["argv"]), json.loads(row["handshake"]), row["channel"], row["added_at"], row["updated_at"])
+
+
+def get(name: str) -> PluginRecord:
+    with db.reading() as conn:
+        row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+    return _record(row)
+
+
+def find(name: str) -> Optional[PluginRecord]:
+    try:
+        return get(name)
+    except NotFound:
+        return None
+
+
+def all_plugins() -> List[PluginRecord]:
+    with db.reading() as conn:
+        return [_record(row) for row in conn.execute("SELECT * FROM plugins ORDER BY name")]
+
+
+def channel_of(handshake: Dict[str, Any]) -> Optional[str]:
+    channel = handshake.get("seams", {}).get("channel")
+    return channel.get("name") if isinstance(channel, dict) else None
+
+
+def check_argv(name: str, argv: List[str]) -> None:
+    """Refuse another argv for a registered name, before anything runs."""
+    existing = find(name)
+    if existing is not None and existing.argv != argv:
+        raise Refused(
+            f"plugin {name!r} is registered with another argv: {' '.join(existing.argv)}",
+            f"run `mu plugin rm {name}` first",
+        )
+
+
+def register(name: str, argv: List[str], handshake: Dict[str, Any]) -> PluginRecord:
+    """Record (or re-record) a plugin after a successful handshake."""
+    now = int(time.time() * 1000)
+    channel = channel_of(handshake)
+    with db.transaction() as conn:
+        row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
+        if row is not None and json.loads(row["argv"]) != argv:
+            raise Refused(
+                f"plugin {name!r} is registered with another argv: {' '.join(json.loads(row['argv']))}",
+                f"run `mu plugin rm {name}` first",
+            )
+        if channel is not None:
+            holder = conn.execute("SELECT name FROM plugins WHERE channel = ? AND name != ?", (channel, name)).fetchone()
+            if holder is not None:
+                raise Refused(f"channel {channel!r} is held by plugin {holder['name']!r}")
+        added = row["added_at"] if row is not None else now
+        conn.execute(
+            "INSERT INTO plugins (name, argv, handshake, channel, added_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(name) DO UPDATE SET handshake = excluded.handshake, channel = excluded.channel,"
+            " updated_at = excluded.updated_at",
+            (name, json.dumps(argv), json.dumps(handshake, sort_keys=True), channel, added, now),
+        )
+    return PluginRecord(name, argv, handshake, channel, added, now)
+
+
+# protocol "Registration and trust": rm is refused while one of these names it
+CONSUMERS = (
+    ("host_profiles", "name", "host profile"),
+    ("hosts", "name", "host"),
+    ("jobs", "token", "job"),
+    ("effects", "key", "effect"),
+)
+
+
+def remove(name: str) -> None:
+    with db.transaction() as conn:
+        if conn.execute("SELECT 1 FROM plugins WHERE name = ?", (name,)).fetchone() is None:
+            raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+        for table, column, what in CONSUMERS:
+            row = conn.execute(f"SELECT {column} FROM {table} WHERE plugin = ? LIMIT 1", (name,)).fetchone()
+            if row is not None:
+                raise Refused(f"plugin {name!r} is in use: {what} {row[0]!r} names it", f"remove the {what} first")
+        conn.execute("DELETE FROM plugins WHERE name = ?", (name,))
