@@ -345,9 +345,18 @@ class PluginProcess:
         self._stop_in_background("it sent an invalid message")
 
     def _on_stdout_eof(self) -> None:
-        if self.state == RUNNING:
-            self.endpoint.fail_all(Unanswered(f"plugin {self.name} closed its stdout{self._stderr_suffix()}"))
-            self._stop_in_background("its stdout closed")
+        if self.state != RUNNING:
+            return
+        # A leader that dies closes stdout a moment before its exit can be
+        # read; give it that moment, so the error can name the exit status.
+        until = time.monotonic() + 0.1
+        while not self._leader_done() and time.monotonic() < until:
+            time.sleep(0.005)
+        if self._leader_exited:
+            self._on_leader_exit()
+            return
+        self.endpoint.fail_all(Unanswered(f"plugin {self.name} closed its stdout{self._stderr_suffix()}"))
+        self._stop_in_background("its stdout closed")
 
     def _on_leader_exit(self) -> None:
         self._leader_done()

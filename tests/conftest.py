@@ -1,0 +1,185 @@
+"""Shared fixtures: a private state folder per test, a fake home that a test
+cannot escape into, and a check that no test leaves a process behind.
+
+The test process makes itself a child subreaper, so whatever a plugin or a
+killed mu leaves behind is re-parented here, where `no_stray_processes`
+finds it, reaps it and fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MU = ROOT / "bin" / "mu"
+FAKE = ROOT / "tests" / "plugins" / "mu-plugin-fake"
+
+sys.path.insert(0, str(ROOT))
+
+from mu.runtime import groups  # noqa: E402
+
+groups.become_subreaper()
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own MU_STATE_DIR, HOME and XDG folders."""
+    home = tmp_path / "home"
+    home.mkdir()
+    state = tmp_path / "state"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("MU_STATE_DIR", str(state))
+    monkeypatch.delenv("MU_DB_PATH", raising=False)
+    monkeypatch.delenv("MU_TRACE", raising=False)
+    monkeypatch.delenv("MU_CONFIG", raising=False)
+    for name in list(os.environ):
+        if name.startswith("FAKE_"):
+            monkeypatch.delenv(name)
+    # The interpreter that runs the tests runs the plugins too (their
+    # `#!/usr/bin/env python3`), not a slower system one.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return state
+
+
+def _descendants() -> List[psutil.Process]:
+    me = psutil.Process()
+    found = []
+    for proc in me.children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                try:
+                    os.waitpid(proc.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                continue
+            found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes():
+    """Fail a test that leaves any process of its own running."""
+    yield
+    deadline = time.monotonic() + 6.0
+    left = _descendants()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _descendants()
+    if left:
+        described = [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in left if p.is_running()]
+        for proc in left:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.1)
+        _descendants()
+        if described:
+            pytest.fail(f"processes left behind: {described}")
+
+
+def run_mu(*args: str, env: Optional[Dict[str, str]] = None, timeout: float = 30, input: Optional[str] = None):
+    """Run bin/mu as a real process; returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(MU), *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+def start_mu(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, str(MU), *args],
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path) -> Path:
+    """A folder for plugin executables (mode 0700 folder, files 0755)."""
+    folder = tmp_path / "plugins"
+    folder.mkdir(mode=0o700)
+    return folder
+
+
+def fake_as(plugin_dir: Path, name: str) -> Path:
+    """The fake plugin, reachable as mu-plugin-<name> (a symlink to it)."""
+    link = plugin_dir / f"mu-plugin-{name}"
+    if not link.exists():
+        link.symlink_to(FAKE)
+    return link
+
+
+@pytest.fixture
+def fake(plugin_dir: Path) -> Path:
+    return fake_as(plugin_dir, "fake")
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read_log(path: Path) -> List[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def received(path: Path) -> List[dict]:
+    """The JSON messages a fake plugin logged receiving (FAKE_LOG)."""
+    out = []
+    for line in read_log(path):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
