@@ -18,6 +18,7 @@ LOCAL_ONLY_VARIABLES = frozenset(
         "MU_SYNC_DIR",
         "MU_CONFIG",
         "MU_TRACE",
+        "MU_CRASH_AT",
         # an agent's identity and control socket, set by mu inside a pane
         "MU_AGENT",
         "MU_AGENT_WORKSTREAM",

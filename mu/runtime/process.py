@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 from mu.errors import Cancelled, Human, Permanent, Retryable, Unanswered, UnknownOutcome
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import Endpoint, PendingCall
-from mu.runtime import groups
+from mu.runtime import crashpoints, groups
 from mu.runtime.deadline import GRACE_S, Deadline
 from mu.runtime.supervisor import supervisor
 from mu.runtime.trace import Trace
@@ -156,6 +156,7 @@ class PluginProcess:
         except BaseException:
             self.endpoint.forget(call)
             raise
+        crashpoints.reach("request-written")
         if not call.wait(deadline.remaining()):
             # protocol "Timeouts and cancel": past the deadline, $/cancel and
             # the stop sequence; a reply arriving meanwhile is ignored.

@@ -17,8 +17,10 @@ another (`close_fds`), so the EOF is never held off.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, List, Optional
 
@@ -38,12 +40,30 @@ class Supervisor:
         self.signum: Optional[int] = None
         self._installed = False
         self._finishing = False
+        self._hooked = False
 
     # -- the registry ----------------------------------------------------------
 
     def adopt(self, process: "PluginProcess") -> None:
         with self._lock:
             self._running.append(process)
+            first = not self._hooked
+            self._hooked = True
+        if first:
+            self._hook_exits()
+
+    def _hook_exits(self) -> None:
+        """For mu embedded as a library as much as for `bin/mu`: a normal
+        interpreter exit still runs the stop sequence, and an exception
+        nobody handles kills every group at once before it is printed."""
+        atexit.register(self.stop_all, "the interpreter is exiting")
+        previous = sys.excepthook
+
+        def on_crash(kind, value, tb):  # type: ignore[no-untyped-def]
+            self.crash()
+            previous(kind, value, tb)
+
+        sys.excepthook = on_crash
 
     def release(self, process: "PluginProcess") -> None:
         with self._lock:

@@ -1,0 +1,32 @@
+"""Test-only crash injection: `MU_CRASH_AT=<point>` makes mu die at a named
+point, so tests can show that what survives a crash is resolved.
+
+`MU_CRASH_AT=<point>` SIGKILLs mu there (the crash that runs no cleanup at
+all); `MU_CRASH_AT=<point>:raise` raises an exception nobody handles there
+(the crash that mu's last-resort handler still sees, which kills every
+plugin group at once).  Unset, a point costs one dictionary lookup.
+
+Points: `request-written` (a plugin request is on the wire, its reply not
+yet read).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class InjectedCrash(RuntimeError):
+    """Raised at a point named by `MU_CRASH_AT=<point>:raise`."""
+
+
+def reach(point: str) -> None:
+    wanted = os.environ.get("MU_CRASH_AT")
+    if not wanted:
+        return
+    name, _, how = wanted.partition(":")
+    if name != point:
+        return
+    if how == "raise":
+        raise InjectedCrash(f"crash injected at {point}")
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,300 @@
+"""`mu plugin add/list/show/call/rm` through bin/mu, a real process each."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import MU, fake_as, received, run_mu
+
+
+def db_file(state):
+    return state / "mu.db"
+
+
+def plugin_rows(state):
+    path = db_file(state)
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT name, argv FROM plugins").fetchall()
+
+
+def test_add_list_show_call_rm(fake, isolated):
+    added = run_mu("plugin", "add", "fake", "--", str(fake))
+    assert added.returncode == 0, added.stderr
+    assert "registered plugin fake" in added.stdout
+    listed = run_mu("plugin", "list", "--json")
+    doc = json.loads(listed.stdout)
+    assert [p["name"] for p in doc["plugins"]] == ["fake"]
+    assert doc["plugins"][0]["argv"] == [str(fake)]
+    shown = json.loads(run_mu("plugin", "show", "fake", "--json").stdout)
+    assert shown["seams"]["link"]["maxScriptBytes"] == 131072
+    assert "seam link" in run_mu("plugin", "show", "fake").stdout
+    called = run_mu("plugin", "call", "fake", "link.checkSteps", '{"phase": "reach"}')
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout) == [{"step": "fake", "ok": True, "detail": "fine"}]
+    removed = run_mu("plugin", "rm", "fake")
+    assert removed.returncode == 0
+    assert plugin_rows(isolated) == []
+
+
+def test_list_and_show_json_print_only_json(fake):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    for args in (("plugin", "list", "--json"), ("plugin", "show", "fake", "--json")):
+        out = run_mu(*args)
+        json.loads(out.stdout)
+        assert out.stderr == ""
+
+
+def test_call_fills_target_and_deadline(fake, tmp_path):
+    log = tmp_path / "fake.log"
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    out = run_mu("plugin", "call", "fake", "fake.echo", '{"a": 1}', "--host", "box", env={"FAKE_LOG": str(log)})
+    assert out.returncode == 0, out.stderr
+    echoed = json.loads(out.stdout)
+    assert echoed["a"] == 1 and echoed["target"] == {"host": {"name": "box"}}
+    assert isinstance(echoed["deadline"], int)
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["host.acquire", "host.release", "job.start", "job.stop", "channel.send", "channel.answer", "link.exec", "shutdown"],
+)
+def test_call_refuses_effects_and_acts(fake, tmp_path, method):
+    log = tmp_path / "fake.log"
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    out = run_mu("plugin", "call", "fake", method, "{}", env={"FAKE_LOG": str(log)})
+    assert out.returncode == 2
+    assert out.stderr.startswith("mu: ")
+    assert not log.exists()  # refused before the plugin was started
+
+
+@pytest.mark.parametrize("params", ["not json", "[1, 2]", '"text"'])
+def test_call_refuses_bad_params(fake, params):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    out = run_mu("plugin", "call", "fake", "fake.echo", params)
+    assert out.returncode == 2 and "params-json" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "knob, code, words",
+    [
+        ("error:permanent", 5, "permanent"),
+        ("error:human", 5, "call the operator"),
+        ("error:unknown-outcome", 1, "fake.echo"),
+        ("error:retryable", 5, "tried 4 times"),
+    ],
+)
+def test_call_error_kinds_map_to_exit_codes(fake, knob, code, words):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    out = run_mu("plugin", "call", "fake", "fake.echo", "{}", env={"FAKE_ON_FAKE_ECHO": knob})
+    assert out.returncode == code, out.stderr
+    assert words in out.stderr
+    assert out.stderr.startswith("mu: ")
+
+
+def test_call_of_an_unknown_plugin(isolated):
+    out = run_mu("plugin", "call", "nope", "link.checkSteps")
+    assert out.returncode == 2 and "no plugin named 'nope'" in out.stderr
+
+
+def test_call_result_that_breaks_the_schema_exits_5(fake):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    # fake.echo is not a protocol method: anything goes; link.checkSteps is
+    out = run_mu("plugin", "call", "fake", "link.checkSteps", "{}", env={"FAKE_ON_LINK_CHECKSTEPS": "error:permanent"})
+    assert out.returncode == 5
+
+
+@pytest.mark.parametrize("name", ["Fake", "_x", "a b", "", "x/y", "é", "-x"])
+def test_add_refuses_bad_names(plugin_dir, name, isolated):
+    out = run_mu("plugin", "add", name, "--", str(plugin_dir / f"mu-plugin-{name}"))
+    assert out.returncode == 2
+    # "-x" reads as an option, so it is bad usage rather than a bad name
+    assert ("usage" if name.startswith("-") else "name") in out.stderr
+    assert plugin_rows(isolated) == []
+
+
+def test_add_again_with_the_same_argv_records_the_new_declaration(fake):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    seams = json.loads(run_mu("plugin", "show", "fake", "--json").stdout)["seams"]
+    seams["link"]["maxScriptBytes"] = 4096
+    env = {"FAKE_SEAMS": json.dumps(seams)}
+    # the changed declaration is refused until it is added again
+    refused = run_mu("plugin", "call", "fake", "link.checkSteps", env=env)
+    assert refused.returncode == 4 and "other seams" in refused.stderr
+    assert run_mu("plugin", "add", "fake", "--", str(fake), env=env).returncode == 0
+    shown = json.loads(run_mu("plugin", "show", "fake", "--json").stdout)
+    assert shown["seams"]["link"]["maxScriptBytes"] == 4096
+    assert run_mu("plugin", "call", "fake", "link.checkSteps", env=env).returncode == 0
+
+
+def test_add_refuses_another_argv_for_a_registered_name(fake, tmp_path, isolated):
+    log = tmp_path / "fake.log"
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    out = run_mu("plugin", "add", "fake", "--", str(fake), "--extra", env={"FAKE_LOG": str(log)})
+    assert out.returncode == 2 and "another argv" in out.stderr and "plugin rm" in out.stderr
+    assert not log.exists()
+    assert plugin_rows(isolated) == [("fake", json.dumps([str(fake)]))]
+
+
+def channel_seams(name):
+    return json.dumps(
+        {
+            "link": {"fetch": True, "push": False, "slots": "self", "remoteOnTimeout": "stopped",
+                     "quiescence": "provable", "maxScriptBytes": 131072, "checks": []},
+            "channel": {"name": name, "caps": {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "none",
+                                               "interrupt": "none", "fresh": "none", "answer": False,
+                                               "command": False, "watch": "stream", "settleText": "full"}},
+        }
+    )
+
+
+def test_add_refuses_a_channel_name_another_plugin_holds(plugin_dir, isolated):
+    a, b = fake_as(plugin_dir, "a"), fake_as(plugin_dir, "b")
+    first = run_mu("plugin", "add", "a", "--", str(a), env={"FAKE_SEAMS": channel_seams("talk")})
+    assert first.returncode == 0, first.stderr
+    out = run_mu("plugin", "add", "b", "--", str(b), env={"FAKE_SEAMS": channel_seams("talk")})
+    assert out.returncode == 2 and "channel 'talk' is held by plugin 'a'" in out.stderr
+    assert [r[0] for r in plugin_rows(isolated)] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "table, row",
+    [
+        ("host_profiles", "INSERT INTO host_profiles (name, plugin, added_at) VALUES ('box', 'fake', 0)"),
+        ("hosts", "INSERT INTO hosts (name, plugin, instance, key, state, acquired_at) VALUES ('h1', 'fake', 'i', 'k', 'ready', 0)"),
+        ("jobs", "INSERT INTO jobs (token, plugin, instance) VALUES ('t1', 'fake', 'i')"),
+        ("effects", "INSERT INTO effects (key, method, params, params_sha256, plugin, instance, subject, writer_pid,"
+                    " writer_started, written_at) VALUES ('k1', 'host.acquire', '{}', 'x', 'fake', 'i', 'host:h', 1, 0, 0)"),
+    ],
+)
+def test_rm_is_refused_while_a_record_names_the_plugin(fake, isolated, table, row):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    with sqlite3.connect(db_file(isolated)) as conn:
+        conn.execute(row)
+    out = run_mu("plugin", "rm", "fake")
+    assert out.returncode == 2 and "in use" in out.stderr
+    assert plugin_rows(isolated)
+
+
+def test_rm_of_an_unknown_plugin(isolated):
+    out = run_mu("plugin", "rm", "ghost")
+    assert out.returncode == 2 and "no plugin named 'ghost'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "mode, words",
+    [
+        ("garbage", "not JSON"),
+        ("error", "answered the handshake with an error"),
+        ("die", "exited with status 3"),
+        ("wrong-digest", "digest"),
+        ("wrong-name", "name"),
+        ("wrong-protocol", "protocol"),
+        ("no-seams", "seam"),
+        ("unknown-field", "extra"),
+        ("bad-utf8", "UTF-8"),
+        ("huge", "1 MiB"),
+        ("request", "request"),
+        ("reply-to-nothing", "not pending"),
+        ("notify-bad", "notification"),
+        ("envelope-extra", "unknown field"),
+        ("instance:", "instance"),
+        ("instance:" + "i" * 129, "instance"),
+    ],
+)
+def test_add_refuses_a_bad_handshake(fake, isolated, mode, words):
+    started = time.monotonic()
+    out = run_mu("plugin", "add", "fake", "--", str(fake), env={"FAKE_HANDSHAKE": mode})
+    assert out.returncode == 4, (out.stdout, out.stderr)
+    assert words in out.stderr
+    assert out.stderr.startswith("mu: ") and len(out.stderr.splitlines()) <= 2
+    assert time.monotonic() - started < 10 + 5
+    assert plugin_rows(isolated) == []  # nothing is recorded from a refused add
+
+
+def test_add_refuses_a_silent_plugin_within_its_deadline(fake, isolated):
+    started = time.monotonic()
+    out = run_mu("plugin", "add", "fake", "--", str(fake), env={"FAKE_HANDSHAKE": "silent"}, timeout=40)
+    took = time.monotonic() - started
+    assert out.returncode == 4 and "did not answer the handshake" in out.stderr
+    assert 10 <= took < 10 + 5 + 2  # the read's 10 s, then at most one grace
+    assert plugin_rows(isolated) == []
+
+
+def test_handshake_reply_equal_to_the_record_skips_validation(fake, tmp_path):
+    """The fast path: a call imports no jsonschema when the reply is known."""
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    probe = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from mu.store import plugins\n"
+        "from mu.runtime.client import PluginClient\n"
+        "r = plugins.get('fake')\n"
+        "c = PluginClient('fake', r.argv, recorded=r.handshake)\n"
+        "c.started(); c.stop()\n"
+        "print('jsonschema' in sys.modules)\n"
+    ) % str(MU.parent.parent)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ))
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_two_adds_at_once_both_finish(fake, isolated):
+    procs = [
+        subprocess.Popen([sys.executable, str(MU), "plugin", "add", "fake", "--", str(fake)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=30), p.communicate()) for p in procs]
+    assert [code for code, _ in results] == [0, 0], results
+    assert plugin_rows(isolated) == [("fake", json.dumps([str(fake)]))]
+
+
+def test_two_adds_of_different_plugins_with_one_channel(plugin_dir, isolated):
+    env = dict(os.environ, FAKE_SEAMS=channel_seams("talk"))
+    procs = [
+        subprocess.Popen([sys.executable, str(MU), "plugin", "add", name, "--", str(fake_as(plugin_dir, name))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for name in ("a", "b")
+    ]
+    codes = sorted(p.wait(timeout=30) for p in procs)
+    for p in procs:
+        p.communicate()
+    assert codes == [0, 2]
+    assert len(plugin_rows(isolated)) == 1
+
+
+def test_usage_errors_exit_2(isolated):
+    for args in (("plugin",), ("plugin", "add"), ("plugin", "frob"), ("frob",), ("plugin", "list", "--bogus")):
+        out = run_mu(*args)
+        assert out.returncode == 2, args
+        assert out.stderr.startswith("mu: ") or out.stderr.startswith("Usage:")
+
+
+def test_help_and_version(isolated):
+    assert "mu plugin add" in run_mu("help", "plugin").stdout
+    assert "mu plugin add" in run_mu("plugin", "--help").stdout
+    assert run_mu("plugin", "add", "--help").returncode == 0
+    assert "mu log" in run_mu("log", "-h").stdout
+    assert run_mu("--version").stdout.startswith("mu ")
+    assert "plugin" in run_mu("help").stdout
+
+
+def test_state_dir_only_is_touched(fake, isolated, tmp_path):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    assert (isolated / "mu.db").exists()
+    home = tmp_path / "home"
+    assert not any(home.rglob("*.db"))
+
+
+def test_received_frames_are_compact_json_lines(fake, tmp_path):
+    log = tmp_path / "fake.log"
+    run_mu("plugin", "add", "fake", "--", str(fake), env={"FAKE_LOG": str(log)})
+    init = received(log)[0]
+    assert init == {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocol": {"min": 1, "max": 1}, "mu": init["params"]["mu"]}}
