@@ -6,8 +6,11 @@ all); `MU_CRASH_AT=<point>:raise` raises an exception nobody handles there
 (the crash that mu's last-resort handler still sees, which kills every
 plugin group at once).  Unset, a point costs one dictionary lookup.
 
+A point may be narrowed to one subject with `@`: `request-written@fake.sleep`
+crashes only once that method's request is written.
+
 Points: `request-written` (a plugin request is on the wire, its reply not
-yet read).
+yet read; the subject is the method).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ class InjectedCrash(RuntimeError):
     """Raised at a point named by `MU_CRASH_AT=<point>:raise`."""
 
 
-def reach(point: str) -> None:
+def reach(point: str, subject: str = "") -> None:
     wanted = os.environ.get("MU_CRASH_AT")
     if not wanted:
         return
-    name, _, how = wanted.partition(":")
-    if name != point:
+    where, _, how = wanted.partition(":")
+    name, _, only = where.partition("@")
+    if name != point or (only and only != subject):
         return
     if how == "raise":
         raise InjectedCrash(f"crash injected at {point}")

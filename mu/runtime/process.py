@@ -156,7 +156,7 @@ class PluginProcess:
         except BaseException:
             self.endpoint.forget(call)
             raise
-        crashpoints.reach("request-written")
+        crashpoints.reach("request-written", method)
         if not call.wait(deadline.remaining()):
             # protocol "Timeouts and cancel": past the deadline, $/cancel and
             # the stop sequence; a reply arriving meanwhile is ignored.
