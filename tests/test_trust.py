@@ -10,8 +10,9 @@ from conftest import FAKE, run_mu
 
 
 @pytest.fixture
-def copy(plugin_dir):
+def copy(plugin_dir, monkeypatch):
     """A private copy of the fake, whose mode and owner a test may change."""
+    monkeypatch.setenv("FAKE_SCHEMA_PATH", str(FAKE.parent.parent.parent / "mu" / "schemas" / "plugin-protocol-v1.json"))
     path = plugin_dir / "mu-plugin-fake"
     shutil.copy(FAKE, path)
     os.chmod(path, 0o755)
