@@ -1,0 +1,28 @@
+# The two commands the README opens with, and their helpers.
+#   make demo   install mu into .venv and run its main job on the local example
+#   make test   install mu with its test tools into .venv and run every test
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet '.[test,bench]'
+	touch $@
+
+demo: $(BIN)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" sh examples/demo.sh
+
+test: $(BIN)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(BIN)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
