@@ -163,3 +163,9 @@ def test_trace_records_a_line_that_is_not_json(fake, tmp_path):
     run_mu("plugin", "add", "fake", "--", str(fake), env={"MU_TRACE": str(trace), "FAKE_HANDSHAKE": "garbage"})
     wait_for(lambda: trace.exists())
     assert any(" <! this is not json" in line for line in trace.read_text().splitlines())
+
+
+def test_a_call_entry_names_its_target(fake):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    run_mu("plugin", "call", "fake", "fake.echo", "{}", "--host", "box")
+    assert any(e["text"].startswith("call fake.echo host=box ") for e in log_json())

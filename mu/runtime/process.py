@@ -151,6 +151,8 @@ class PluginProcess:
             self.endpoint.forget(call)
             raise Permanent(f"{method} was not sent to plugin {self.name}: {e}") from None
         started = time.monotonic()
+        where = _target_text(params.get("target"))
+        method_text = f"{method} {where}" if where else method
         try:
             self._write(line, deadline, call, cancel)
         except BaseException:
@@ -160,19 +162,19 @@ class PluginProcess:
         if not call.wait(deadline.remaining()):
             # protocol "Timeouts and cancel": past the deadline, $/cancel and
             # the stop sequence; a reply arriving meanwhile is ignored.
-            self._journal_call(method, started, "no answer by the deadline")
+            self._journal_call(method_text, started, "no answer by the deadline")
             self.stop(f"{method} passed its deadline")
             raise Unanswered(f"plugin {self.name} gave no answer to {method} by its deadline")
         if call.failure is not None:
-            self._journal_call(method, started, "unanswered")
+            self._journal_call(method_text, started, "unanswered")
             raise call.failure
         reply = call.reply
         assert reply is not None
         if reply.error is None:
-            self._journal_call(method, started, "ok")
+            self._journal_call(method_text, started, "ok")
             return reply.result
         error = reply.error
-        self._journal_call(method, started, error.kind)
+        self._journal_call(method_text, started, error.kind)
         text = f"plugin {self.name}: {method}: {error.message}"
         if error.kind == "retryable":
             raise Retryable(text)
@@ -182,9 +184,9 @@ class PluginProcess:
             raise UnknownOutcome(text)
         raise Permanent(text)
 
-    def _journal_call(self, method: str, started: float, outcome: str) -> None:
+    def _journal_call(self, what: str, started: float, outcome: str) -> None:
         ms = (time.monotonic() - started) * 1000
-        self.journal.record(f"call {method} {ms:.1f}ms {outcome}", plugin=self.name, pid=self.pid)
+        self.journal.record(f"call {what} {ms:.1f}ms {outcome}", plugin=self.name, pid=self.pid)
 
     def _why_not_running(self) -> str:
         if supervisor.terminating:
@@ -522,3 +524,20 @@ class PluginProcess:
 
     def wait_stopped(self, timeout: Optional[float] = None) -> bool:
         return self._stopped.wait(timeout)
+
+
+def _target_text(target: Any) -> str:
+    """A call's target as the journal shows it: names only, never params."""
+    if not isinstance(target, dict):
+        return ""
+    parts = []
+    host = target.get("host")
+    if isinstance(host, dict) and host.get("name"):
+        parts.append(f"host={host['name']}")
+    job = target.get("job")
+    if isinstance(job, dict) and job.get("key"):
+        parts.append(f"job={job['key']}")
+    agent = target.get("agent")
+    if isinstance(agent, dict) and agent.get("name"):
+        parts.append(f"agent={agent.get('workstream')}/{agent['name']}")
+    return " ".join(parts)
