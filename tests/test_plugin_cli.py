@@ -298,3 +298,15 @@ def test_received_frames_are_compact_json_lines(fake, tmp_path):
     init = received(log)[0]
     assert init == {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                     "params": {"protocol": {"min": 1, "max": 1}, "mu": init["params"]["mu"]}}
+
+
+def test_a_call_that_hangs_is_cancelled_and_stopped_within_its_deadline(fake, tmp_path):
+    log = tmp_path / "fake.log"
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    started = time.monotonic()
+    out = run_mu("plugin", "call", "fake", "link.checkSteps", "{}",
+                 env={"FAKE_ON_LINK_CHECKSTEPS": "hang", "FAKE_IGNORE_EOF": "1", "FAKE_LOG": str(log)}, timeout=40)
+    took = time.monotonic() - started
+    assert out.returncode == 5 and "no answer to link.checkSteps" in out.stderr
+    assert 10 <= took < 10 + 5 + 2  # reads take 10 s; then one grace at most
+    assert '"$/cancel"' in log.read_text()

@@ -2,9 +2,9 @@
 
 Failure model.  A SIGINT, SIGTERM or SIGHUP is handled once: the handler
 marks mu terminating (no plugin starts or restarts and no request is sent
-from then on; protocol "Process"), journals the signal, and raises
-`Terminating` in the main thread so that every verb unwinds through its
-`finally` blocks.  Later signals are absorbed.  `finish()` then runs the one
+from then on; protocol "Process") and raises `Terminating` in the main
+thread so that every verb unwinds through its `finally` blocks; `finish()`
+journals it.  Later signals are absorbed.  `finish()` then runs the one
 stop sequence on every plugin at once (so the whole group-wide stop is
 bounded by one grace, not one per plugin) and, once every group is empty,
 raises the signal again with its default action, so the shell sees 128+N.
