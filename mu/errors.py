@@ -9,6 +9,7 @@ A caller may rely on `exit_code` being the code DESIGN.md documents:
     4  the plugin is refused: trust checks or load rules
     5  a plugin call failed definitely
     7  `mu wait` fired an urgent `deadline` event
+   70  mu itself failed: a bug, reported with its traceback
 
 `message` is one line; `hint`, when present, is one line of remedy.  They
 print as ``mu: <message>`` and ``(<hint>)``.
@@ -24,6 +25,7 @@ EXIT_USAGE = 2
 EXIT_REFUSED_PLUGIN = 4
 EXIT_CALL_FAILED = 5
 EXIT_DEADLINE = 7
+EXIT_INTERNAL = 70
 
 
 class MuError(Exception):

@@ -85,9 +85,9 @@ def test_call_refuses_bad_params(fake, params):
 @pytest.mark.parametrize(
     "knob, code, words",
     [
-        ("error:permanent", 5, "permanent"),
+        ("error:permanent", 5, "(permanent)"),
         ("error:human", 5, "call the operator"),
-        ("error:unknown-outcome", 1, "fake.echo"),
+        ("error:unknown-outcome", 5, "(unknown-outcome)"),
         ("error:retryable", 5, "tried 4 times"),
     ],
 )

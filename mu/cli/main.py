@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import mu
 from mu.cli.output import error
-from mu.errors import EXIT_USAGE, LoadRuleError, MuError, Refused, Terminating, TrustError, UsageError
+from mu.errors import EXIT_INTERNAL, EXIT_USAGE, LoadRuleError, MuError, Refused, Terminating, TrustError, UsageError
 
 # One table of verb groups; each module's docstring is its docopt usage and
 # its `run(args)` the verb.
@@ -29,7 +29,6 @@ GROUPS = {
     "log": "mu.cli.log",
 }
 
-EXIT_INTERNAL = 70  # mu itself failed: a bug, reported with its traceback
 
 
 def group_module(verb: str) -> ModuleType:

@@ -17,7 +17,7 @@ import json
 from typing import Any, Dict
 
 from mu.cli.output import emit, emit_json, error, table
-from mu.errors import CallError, Refused, UsageError
+from mu.errors import CallError, Refused, UnknownOutcome, UsageError
 from mu.runtime import trust
 from mu.runtime.client import PluginClient
 from mu.store import plugins
@@ -105,7 +105,11 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
     params.setdefault("target", {"host": {"name": host or ""}})
     record = plugins.get(name)
     client = PluginClient(name, record.argv, recorded=record.handshake)
-    result = client.call(method, params)
+    try:
+        result = client.call(method, params)
+    except UnknownOutcome as e:
+        # a read has no outcome to resolve: its failure is definite
+        raise CallError(e.message) from None
     emit_json(result)
     problem = _schema_problem(method, result)
     if problem:

@@ -175,7 +175,7 @@ class PluginProcess:
             return reply.result
         error = reply.error
         self._journal_call(method_text, started, error.kind)
-        text = f"plugin {self.name}: {method}: {error.message}"
+        text = f"plugin {self.name}: {method}: {error.message} ({error.kind})"
         if error.kind == "retryable":
             raise Retryable(text)
         if error.kind == "human":

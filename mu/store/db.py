@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from typing import Iterator, Optional
 
 from mu import environment
@@ -39,11 +40,26 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if path not in _migrated:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enter_wal(conn)
         _migrate(conn, path)
         _migrated.add(path)
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    # Switching a new file to WAL takes an exclusive lock and may answer
+    # "database is locked" without waiting on the busy handler when another
+    # invocation opens the same new file at the same moment: retry it.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
