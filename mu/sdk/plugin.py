@@ -1,0 +1,227 @@
+"""A plugin as a class: the SDK serves the protocol around its handlers.
+
+`run(plugin)` owns the process once called.  It guarantees, for any plugin
+built on it (the protocol sections are the rules it enforces):
+
+- "Transport": the wire carries only the SDK's lines (see `mu.sdk.wire`).
+  Every request gets exactly one reply; a reply carries ``result`` (``null``
+  when the handler returns None) or ``error {code, message, data: {kind}}``.
+  Nothing else is ever sent but the two watch notifications.
+- "Handshake": `initialize` is answered from the class attributes and the
+  digest of the schema shipped with this mu (`mu.schema.schema_digest`).
+- Each request runs in its own thread, so calls are in flight together and
+  a `$/cancel` is read while a handler works.  `$/cancel {"id"}` sets that
+  call's `Call.cancelled`; `$/cancel {"watchId"}` ends the watch.
+- "Process": on stdin EOF (what a plugin sees when mu dies, even by
+  SIGKILL), on SIGTERM, SIGHUP or SIGINT, every call and watch is
+  cancelled and the handlers get `EXIT_GRACE_S` (4 s) to end.  Then every
+  command still running through `run_command` is killed, and, when the
+  plugin leads its process group (as mu starts it), everything else left in
+  the group.  The process exits 0 if every handler ended (after a signal it
+  dies by that signal), else 1 at once without waiting for the stuck
+  handler.  Either way it is gone within 5 s of the EOF.  An exit that takes
+  longer (an atexit hook, a non-daemon thread of the plugin's) is cut
+  short by a watchdog.
+- `shutdown` is answered ``null`` at once; it cancels every call in
+  flight and refuses later requests.  The process then exits at EOF, as
+  above (mu closes stdin after `shutdown`).
+
+Decisions where the protocol leaves room:
+
+- A line that is not a JSON object gets no reply (see `mu.sdk.wire`).  A
+  request with a usable id but no method, a wrong ``jsonrpc`` or params
+  that are not an object gets an error reply (-32600, -32602, ``permanent``).
+  Anything without a usable id (a reply, an unknown notification, an id that
+  is null, a bool or a float) is dropped with one line on stderr: answering
+  it would be a reply to no request, which breaks the plugin in mu's eyes.
+  A second request with the id of one still in flight is dropped likewise.
+- A call need not come after `initialize`: the SDK does not refuse one.
+- A cancelled call still answers: with its result if the handler returns
+  one, or with the error it raises (`Call.check()` raises `Cancelled`:
+  code -32800, kind ``unknown-outcome``).  mu ignores a reply that crosses
+  its cancel, and an answer keeps every request answered.
+- A result the SDK cannot send (not JSON, over 1 MiB) becomes an error of
+  kind ``unknown-outcome``: the handler ran, so "nothing happened" would be
+  a lie.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from mu.sdk.call import Call, Watch
+from mu.sdk.server import EXIT_GRACE_S, PROTOCOL_VERSION, RESERVED_METHODS, Server, summary
+from mu.sdk.wire import Wire, note
+
+# Start-up cost is part of the contract (a plugin answers its handshake
+# about as fast as a bare script), so typing, traceback and subprocess stay
+# off the import path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
+
+_EXIT_WATCHDOG_S = 4.6  # past this, interpreter exit itself is cut short
+
+__all__ = ["PROTOCOL_VERSION", "Call", "Plugin", "Watch", "method", "run"]
+
+
+def method(name: str) -> "Callable[[F], F]":
+    """Mark a `Plugin` method as the handler of protocol method `name`.
+
+    The handler is called as ``handler(self, params, call)``: `params` is
+    the request's whole params object (``target`` and ``deadline``
+    included), `call` its `Call`.  It returns the result (any JSON value;
+    None is sent as ``null``) or raises a typed error from `mu.sdk.errors`.
+    It runs in a thread of its own: guard shared state.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("a method name is a non-empty string")
+    if name in RESERVED_METHODS:
+        raise ValueError("%s is served by the SDK itself" % name)
+
+    def mark(fn: "F") -> "F":
+        fn.__mu_method__ = name  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class Plugin:
+    """Subclass it: set `name`, `version` and `seams`, and mark a method per
+    protocol method with `@method`.
+
+    `name` must equal the name the plugin is registered under (the file is
+    ``mu-plugin-<name>``).  `seams` is the declaration, sent verbatim in the
+    handshake (protocol "Seams"); override `declaration()` to compute it.
+    """
+
+    name: str = ""
+    version: str = "0.0.0"
+    seams: Dict[str, Any] = {}
+
+    def instance(self) -> str:
+        """The backend configuration this plugin addresses (1-128
+        characters; protocol "Handshake").  Default ``"default"``."""
+        return "default"
+
+    def declaration(self) -> Dict[str, Any]:
+        """The handshake's ``seams`` object.  Default: `seams`."""
+        return self.seams
+
+    def on_initialize(self, params: Dict[str, Any]) -> None:
+        """Called with `initialize`'s params (``mu`` is mu's version)
+        before the handshake is answered.  Raise a typed error to refuse."""
+
+    def on_shutdown(self) -> None:
+        """Called on `shutdown`, after every call in flight was cancelled,
+        before the ``null`` reply.  Must not block for long."""
+
+    @classmethod
+    def handlers(cls) -> Dict[str, str]:
+        """Protocol method -> the attribute name of its handler."""
+        found: Dict[str, str] = {}
+        for klass in reversed(cls.__mro__):  # a subclass's handler wins
+            here: Dict[str, str] = {}
+            for attr, value in vars(klass).items():
+                name = getattr(value, "__mu_method__", None)
+                if name is None:
+                    continue
+                if name in here:
+                    raise TypeError("%s serves %s twice (%s, %s)" % (klass.__name__, name, here[name], attr))
+                here[name] = attr
+            found.update(here)
+        return found
+
+
+def run(plugin: Plugin) -> None:
+    """Serve `plugin` on stdin/stdout until mu is done with it; never returns.
+
+    Call it from the main thread, first thing: it takes stdin and stdout
+    for the wire (see `mu.sdk.wire`) and installs handlers for SIGTERM,
+    SIGHUP and SIGINT (each stops the plugin as stdin EOF does).
+    """
+    if not isinstance(plugin, Plugin):
+        raise TypeError("run() takes a Plugin instance")
+    server = Server(plugin, Wire.take_stdio())
+    wake_fd = _install_signals(server)
+    try:
+        ended = server.serve(wake_fd)
+    except BaseException as exc:  # the loop itself failed: still leave in time
+        note("the SDK's main loop failed: %s" % summary(exc))
+        server.stopped_at = time.monotonic()
+        ended = server.wind_down(server.stopped_at + EXIT_GRACE_S)
+    if not ended:
+        note("a handler did not end within %.0f s of the stop; exiting without it" % EXIT_GRACE_S)
+        _kill_all_we_started()
+        _flush()
+        os._exit(1)
+    _kill_all_we_started()  # what a handler left behind (a run_command leaves nothing)
+    _flush()
+    if server.stop_signal is not None:
+        signal.signal(server.stop_signal, signal.SIG_DFL)
+        os.kill(os.getpid(), server.stop_signal)
+    # Interpreter exit runs atexit hooks and joins non-daemon threads a
+    # plugin may have started; the watchdog bounds that too.
+    stopped_at = server.stopped_at if server.stopped_at is not None else time.monotonic()
+    watchdog = threading.Timer(max(0.2, stopped_at + _EXIT_WATCHDOG_S - time.monotonic()), _exit_now)
+    watchdog.daemon = True
+    watchdog.start()
+    sys.exit(0)
+
+
+def _exit_now() -> None:
+    note("exit took too long; exiting at once")
+    _kill_all_we_started()
+    os._exit(1)
+
+
+def _kill_all_we_started() -> None:
+    """Kill every run still going, and, when we lead our process group (mu
+    made it for us), everything else in it: after mu died by SIGKILL nobody
+    else would, and nothing in the group may outlive us (protocol
+    "Process")."""
+    command = sys.modules.get("mu.sdk.command")
+    if command is not None:  # loaded only if a handler ran a command
+        command.kill_running_commands()
+    if os.getpgrp() == os.getpid():
+        from mu.sdk import procs
+
+        for pid in procs.group_members(os.getpgrp()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _install_signals(server: Server) -> Optional[int]:
+    """SIGTERM, SIGHUP, SIGINT: record the signal; the wakeup fd breaks the
+    main loop's wait, which then stops as on EOF.  The handler itself does
+    nothing else, so no write is ever cut in the middle."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+
+    def record(signum: int, _frame: Any) -> None:
+        if server.stop_signal is None:
+            server.stop_signal = signum
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, record)
+    signal.set_wakeup_fd(write_fd)
+    return read_fd

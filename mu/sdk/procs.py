@@ -1,0 +1,128 @@
+"""Find and kill the processes a plugin started, without leaving its group.
+
+A plugin may not move what it starts into another group or session
+(protocol "Process"), and killing its own group would kill the plugin.  So
+a run is found in the process table instead: by walking parent links from
+its first process, and by a token it carries in its environment
+(``MU_SDK_RUN``, inherited by every descendant, even one re-parented after
+its parent died).  `kill_tree` sweeps with SIGKILL until nothing it finds
+is alive: a fork racing the kill is caught by the next sweep.  A zombie
+counts as gone (it runs nothing).
+
+Linux reads /proc.  Elsewhere the table comes from ps(1), which shows no
+environments: only the parent walk works there.
+
+Stdlib only, and cheap to import: the SDK needs it on its exit path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Set, Tuple
+
+TOKEN_VAR = "MU_SDK_RUN"
+KILL_WAIT_S = 2.0  # how long a kill keeps sweeping before it gives up
+
+
+def kill_tree(root: Optional[int], token: Optional[str], wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL `root`, its descendants and every process whose environment
+    carries ``MU_SDK_RUN=<token>``, sweeping until none is alive.  Never
+    kills the calling process.  True when none is left alive."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        victims = find_tree(root, token)
+        if not victims:
+            return True
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if time.monotonic() > give_up:
+            return not find_tree(root, token)
+        time.sleep(0.01)
+
+
+def group_members(pgid: int) -> Set[int]:
+    """Live (not zombie) processes in process group `pgid`, the caller excluded."""
+    return {pid for pid, (_ppid, group, state) in processes().items()
+            if group == pgid and state not in "ZX" and pid != os.getpid()}
+
+
+def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
+    """The live processes of a run: `root` and its descendants, and every
+    process whose environment carries `token`; never the caller."""
+    table = processes()
+    me = os.getpid()
+    found: Set[int] = set()
+    if root is not None and root in table:
+        children: Dict[int, List[int]] = {}
+        for pid, (ppid, _group, _state) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            if pid in found:
+                continue
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    if token is not None and os.path.isdir("/proc"):
+        needle = ("%s=%s\0" % (TOKEN_VAR, token)).encode()
+        for pid in table:
+            if pid not in found and pid != me and _environ_has(pid, needle):
+                found.add(pid)
+    return {pid for pid in found if pid != me and table.get(pid, (0, 0, "Z"))[2] not in "ZX"}
+
+
+def processes() -> Dict[int, Tuple[int, int, str]]:
+    """pid -> (ppid, pgid, state letter) for every process we can see."""
+    table: Dict[int, Tuple[int, int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return _processes_from_ps()
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited while we looked
+        # the command name may hold spaces and parentheses: split after the last ")"
+        fields = stat[stat.rfind(b")") + 2:].split()
+        try:
+            table[int(name)] = (int(fields[1]), int(fields[2]), fields[0].decode())
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def _processes_from_ps() -> Dict[int, Tuple[int, int, str]]:
+    import subprocess  # only off Linux: keep it off the start-up path
+
+    table: Dict[int, Tuple[int, int, str]] = {}
+    try:
+        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid=", "-o", "pgid=", "-o", "stat="],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 check=False, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return table
+    for row in listing.decode("ascii", "replace").splitlines():
+        fields = row.split()
+        if len(fields) >= 4 and fields[0].isdigit():
+            table[int(fields[0])] = (int(fields[1]), int(fields[2]), fields[3][:1])
+    return table
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return needle in (b"\0" + f.read())
+    except OSError:
+        return False  # gone, or not ours to read
