@@ -168,10 +168,12 @@ def test_add_refuses_a_channel_name_another_plugin_holds(plugin_dir, isolated):
     "table, row",
     [
         ("host_profiles", "INSERT INTO host_profiles (name, plugin, added_at) VALUES ('box', 'fake', 0)"),
-        ("hosts", "INSERT INTO hosts (name, plugin, instance, key, state, acquired_at) VALUES ('h1', 'fake', 'i', 'k', 'ready', 0)"),
+        ("hosts", "INSERT INTO hosts (name, plugin, instance, key, state, acquired_at, changed_at)"
+                  " VALUES ('h1', 'fake', 'i', 'k', 'ready', 0, 0)"),
         ("jobs", "INSERT INTO jobs (token, plugin, instance) VALUES ('t1', 'fake', 'i')"),
-        ("effects", "INSERT INTO effects (key, method, params, params_sha256, plugin, instance, subject, writer_pid,"
-                    " writer_started, written_at) VALUES ('k1', 'host.acquire', '{}', 'x', 'fake', 'i', 'host:h', 1, 0, 0)"),
+        ("effects", "INSERT INTO effects (id, key, method, params, params_sha256, plugin, instance, subject, writer_pid,"
+                    " writer_started, plugin_pgid, plugin_started, written_at)"
+                    " VALUES ('e1', 'k1', 'host.acquire', '{}', 'x', 'fake', 'i', 'host:h', 1, 0, 1, 0, 0)"),
     ],
 )
 def test_rm_is_refused_while_a_record_names_the_plugin(fake, isolated, table, row):

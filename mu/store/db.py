@@ -76,14 +76,26 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         # re-read under the write lock: another invocation may have migrated
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         for number in range(version + 1, LATEST + 1):
-            for statement in MIGRATIONS[number - 1].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(MIGRATIONS[number - 1]):
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration, one at a time (a `;` inside a comment
+    or a string does not end one)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"migration ends inside a statement: {pending.strip()[:60]!r}")
 
 
 @contextlib.contextmanager

@@ -36,21 +36,23 @@ MIGRATIONS: List[str] = [
     CREATE INDEX journal_plugin ON journal(plugin, id);
 
     CREATE TABLE effects (
-        key             TEXT PRIMARY KEY,
+        id              TEXT PRIMARY KEY,   -- UUIDv7
+        subject         TEXT NOT NULL,      -- e.g. host:<name>; one intent a subject
         method          TEXT NOT NULL,
-        params          TEXT NOT NULL,  -- the exact params, as sent
+        key             TEXT NOT NULL,      -- the effect key sent to the plugin
+        params          TEXT NOT NULL,      -- the exact params, deadline aside
         params_sha256   TEXT NOT NULL,
         plugin          TEXT NOT NULL,
         instance        TEXT NOT NULL,
-        subject         TEXT NOT NULL,  -- e.g. host:<name>
         writer_pid      INTEGER NOT NULL,
         writer_started  REAL NOT NULL,
-        plugin_pgid     INTEGER,
-        plugin_started  REAL,
+        plugin_pgid     INTEGER NOT NULL,
+        plugin_started  REAL NOT NULL,
         resolver_pid    INTEGER,
         resolver_started REAL,
-        written_at      INTEGER NOT NULL
+        written_at      INTEGER NOT NULL    -- epoch ms
     );
+    CREATE UNIQUE INDEX effects_subject ON effects(subject);
     CREATE INDEX effects_plugin ON effects(plugin);
 
     CREATE TABLE host_profiles (
@@ -63,17 +65,27 @@ MIGRATIONS: List[str] = [
     );
 
     CREATE TABLE hosts (
-        name      TEXT PRIMARY KEY,
-        plugin    TEXT NOT NULL,
-        instance  TEXT NOT NULL,
-        key       TEXT NOT NULL,
-        handle    TEXT,
-        facts     TEXT NOT NULL DEFAULT '{}',
-        state     TEXT NOT NULL,
-        deadline_at      INTEGER,
-        idle_reclaim_ms  INTEGER,
-        max_jobs         INTEGER,
-        acquired_at      INTEGER NOT NULL
+        name            TEXT PRIMARY KEY,
+        plugin          TEXT NOT NULL,
+        instance        TEXT NOT NULL,
+        key             TEXT NOT NULL,      -- the acquire's effect key
+        handle          TEXT,
+        params          TEXT NOT NULL DEFAULT '{}',  -- the --param map
+        facts           TEXT NOT NULL DEFAULT '{}',
+        state           TEXT NOT NULL,      -- acquiring, ready, lost, released
+        reason          TEXT,
+        deadline_at     INTEGER,
+        idle_reclaim_ms INTEGER,
+        max_jobs        INTEGER,
+        acquired_at     INTEGER NOT NULL,
+        changed_at      INTEGER NOT NULL
+    );
+
+    CREATE TABLE trees (
+        host    TEXT NOT NULL,
+        path    TEXT NOT NULL,
+        gone    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (host, path)
     );
 
     CREATE TABLE jobs (
