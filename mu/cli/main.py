@@ -6,6 +6,7 @@ Usage:
 
 Verbs:
   plugin    register, inspect and call plugins
+  host      acquire, reach, check and release hosts
   log       read the journal of plugin processes and mu's own events
   help      print a verb's usage
 """
@@ -26,6 +27,7 @@ from mu.errors import EXIT_INTERNAL, EXIT_USAGE, LoadRuleError, MuError, Refused
 # its `run(args)` the verb.
 GROUPS = {
     "plugin": "mu.cli.plugin",
+    "host": "mu.cli.host",
     "log": "mu.cli.log",
 }
 

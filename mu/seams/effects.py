@@ -1,0 +1,195 @@
+"""The effects engine: every side effect through a plugin is safe to repeat.
+
+Failure model (protocol "Effects and replay").  mu writes an intent record
+before it sends an effect and deletes it, with the outcome recorded, in
+one transaction once a definite reply arrives.  A definite failure
+(`permanent`, `human`, `retryable` past its retries, a call refused before
+it was written) deletes it too: nothing happened.  Everything else (a
+crash of mu, a plugin that died or ran out its deadline, `unknown-outcome`,
+a reply that fails its checks) leaves the intent behind, and the verb ends
+with exit 1 naming the key.  The next verb on the same subject resolves it
+with `Resolver` before it does anything else, and refuses while the
+invocation that wrote it, or another resolving it, still lives.
+
+What is not handled here: which calls resolve which effect (the seams
+decide that: a lookup for an acquire, a reissue for a release), and the
+subject lock, which the verb holds around the whole of it.
+
+Crash points (`MU_CRASH_AT`, see `mu.runtime.crashpoints`):
+`intent-written`, `request-written` and `reply-read`, each narrowed by the
+method (`reply-read@host.acquire`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any, Callable, Dict, Optional
+
+from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, Unanswered, UnknownOutcome
+from mu.runtime import crashpoints, groups, identity
+from mu.runtime.client import PluginClient
+from mu.runtime.deadline import GRACE_S
+from mu.store import db
+from mu.store import effects as intents
+from mu.store.effects import IntentRecord
+from mu.store.journal import journal
+
+DEFAULT_EFFECT_TIMEOUT_S = 60.0
+
+Record = Callable[[sqlite3.Connection, Any], None]
+
+
+def effect_timeout_s() -> float:
+    """How long an effect call may take (`MU_EFFECT_TIMEOUT_MS`, default 60 s)."""
+    value = os.environ.get("MU_EFFECT_TIMEOUT_MS")
+    try:
+        return int(value) / 1000 if value else DEFAULT_EFFECT_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_EFFECT_TIMEOUT_S
+
+
+def perform(
+    client: PluginClient,
+    *,
+    subject: str,
+    method: str,
+    key: str,
+    params: Dict[str, Any],
+    record: Record,
+    on_failure: Optional[Record] = None,
+    before: Optional[Callable[[sqlite3.Connection], None]] = None,
+    check: Optional[Callable[[Any], str]] = None,
+    timeout_s: Optional[float] = None,
+) -> Any:
+    """Send one effect with its intent record around it.
+
+    `before` runs in the transaction that writes the intent (a pending
+    record, say); `record` in the one that deletes it after a definite,
+    checked reply; `on_failure` in the one that deletes it after a
+    definite failure.  `check` returns what is wrong with a reply, or ""."""
+    client.started()
+    process = client.process
+    assert process is not None
+    group = (process.pgid, groups.start_time(process.pid) or 0.0)
+    with db.transaction() as conn:
+        if before is not None:
+            before(conn)
+        intent = intents.write(
+            conn, subject=subject, method=method, key=key, params=params, plugin=client.name,
+            instance=client.instance, writer=identity.me(), plugin_group=group,
+        )
+    journal().record(f"intent {method} {subject} key={key}", plugin=client.name)
+    crashpoints.reach("intent-written", method)
+    return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s)
+
+
+def _send(
+    client: PluginClient,
+    intent: IntentRecord,
+    *,
+    record: Record,
+    on_failure: Optional[Record],
+    check: Optional[Callable[[Any], str]],
+    timeout_s: Optional[float],
+) -> Any:
+    method, subject = intent.method, intent.subject
+    try:
+        result = client.call(method, intent.params, timeout_s=timeout_s or effect_timeout_s())
+    except (Permanent, Human, Retryable, Cancelled):
+        # definite: nothing happened
+        with db.transaction() as conn:
+            intents.delete(conn, intent)
+            if on_failure is not None:
+                on_failure(conn, None)
+        journal().record(f"effect {method} {subject} failed; intent cleared", plugin=client.name)
+        raise
+    except (Unanswered, UnknownOutcome) as e:
+        journal().record(f"effect {method} {subject} outcome unknown; intent kept", plugin=client.name)
+        raise unknown(intent, e.message) from None
+    crashpoints.reach("reply-read", method)
+    problem = check(result) if check is not None else ""
+    if problem:
+        journal().record(f"effect {method} {subject} invalid reply; intent kept", plugin=client.name)
+        raise unknown(intent, f"the reply is not valid: {problem}")
+    with db.transaction() as conn:
+        record(conn, result)
+        intents.delete(conn, intent)
+    journal().record(f"effect {method} {subject} done", plugin=client.name)
+    return result
+
+
+def unknown(intent: IntentRecord, why: str) -> UnknownOutcome:
+    return UnknownOutcome(
+        f"{intent.method} on {intent.subject}: outcome unknown: {why}",
+        f"the next mu verb on {intent.subject} resolves it (key {intent.key})",
+        key=intent.key,
+    )
+
+
+class Resolver:
+    """Resolves one leftover intent, by the protocol's rules.
+
+    Construct it under the subject's lock; `claim()` refuses while the
+    writer or another resolver lives and records this invocation as the
+    resolver; the seam then asks what it must (`reissue`, or a lookup
+    judged with `none_counts`) and calls `done()` or `abandon()`."""
+
+    def __init__(self, client: PluginClient, intent: IntentRecord) -> None:
+        self.client = client
+        self.intent = intent
+
+    def claim(self) -> None:
+        intent = self.intent
+        if identity.alive(*intent.writer) and intent.writer != identity.me():
+            raise Refused(
+                f"{intent.subject}: {intent.method} by mu[{intent.writer[0]}] is still under way",
+                "wait for it to finish, then try again",
+            )
+        me = identity.me()
+        if intent.resolver is not None and intent.resolver != me and identity.alive(*intent.resolver):
+            raise Refused(f"{intent.subject}: mu[{intent.resolver[0]}] is resolving its {intent.method}")
+        intents.claim(intent, me)
+        journal().record(f"resolving {intent.method} {intent.subject} key={intent.key}", plugin=intent.plugin)
+
+    def instance_changed(self) -> bool:
+        """protocol: under another instance nothing is asked or resent."""
+        return self.client.instance != self.intent.instance
+
+    def plugin_process_gone(self, wait_s: float = GRACE_S) -> bool:
+        """Whether the plugin process the writer called is proven gone; waits
+        up to one grace, the time a plugin has to exit after mu died."""
+        pgid, started = self.intent.plugin_group
+        until = time.monotonic() + wait_s
+        while groups.same_group(pgid, started):
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def none_counts(self, fenced: bool, in_flight_ms: Optional[int]) -> str:
+        """Why a lookup's `none` does not count yet, or "" when it does."""
+        if identity.alive(*self.intent.writer) and self.intent.writer != identity.me():
+            return "the invocation that sent it still lives"
+        if not self.plugin_process_gone():
+            return "the plugin process it was sent to still lives"
+        if fenced:
+            return ""
+        if in_flight_ms is not None and self.intent.age_ms >= in_flight_ms:
+            return ""
+        if in_flight_ms is None:
+            return "the lookup is not fenced and the plugin declares no inFlightMs"
+        return f"the lookup is not fenced and {in_flight_ms} ms have not passed since it was sent"
+
+    def reissue(self, *, record: Record, on_failure: Optional[Record] = None, check=None, timeout_s=None) -> Any:
+        """Send the recorded params again (same key), under the same intent."""
+        journal().record(f"reissue {self.intent.method} {self.intent.subject} key={self.intent.key}", plugin=self.intent.plugin)
+        return _send(self.client, self.intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s)
+
+    def done(self, record: Record, outcome: str) -> None:
+        """The effect is resolved as `outcome`: record it, delete the intent."""
+        with db.transaction() as conn:
+            record(conn, None)
+            intents.delete(conn, self.intent)
+        journal().record(f"resolved {self.intent.method} {self.intent.subject}: {outcome}", plugin=self.intent.plugin)

@@ -1,0 +1,264 @@
+"""Host records: provider hosts (`mu host acquire`) and plugin profiles
+(`mu host add --plugin`).  One name space covers both: a name is either a
+profile or a provider host, never both.
+
+A provider host's state is `acquiring` (its acquire's outcome is not yet
+known), `ready`, `lost` (the provider proved it gone, or its instance
+changed under it) or `released`.  `draining` is not stored: it is derived
+from `deadlineAt` and the margin, at the moment someone reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
+
+from mu.errors import NotFound, Refused
+from mu.store import db
+
+DEFAULT_DEADLINE_MARGIN_MS = 10 * 60 * 1000
+
+
+def deadline_margin_ms() -> int:
+    value = os.environ.get("MU_HOST_DEADLINE_MARGIN_MS")
+    try:
+        return int(value) if value else DEFAULT_DEADLINE_MARGIN_MS
+    except ValueError:
+        return DEFAULT_DEADLINE_MARGIN_MS
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ProviderHost:
+    name: str
+    plugin: str
+    instance: str
+    key: str
+    handle: Optional[str]
+    params: Dict[str, str]
+    facts: Dict[str, Any]
+    state: str
+    reason: Optional[str]
+    deadline_at: Optional[int]
+    idle_reclaim_ms: Optional[int]
+    max_jobs: Optional[int]
+    acquired_at: int
+    changed_at: int
+
+    @property
+    def subject(self) -> str:
+        return f"host:{self.name}"
+
+    @property
+    def identity(self) -> str:
+        return f"plugin:{self.plugin}:{self.instance}"
+
+    def shown_state(self, at_ms: Optional[int] = None) -> str:
+        """The state as reads show it: `ready` inside the deadline margin
+        reads `draining` (protocol "Host facts in mu's reads")."""
+        at_ms = now_ms() if at_ms is None else at_ms
+        if self.state == "ready" and self.deadline_at is not None and at_ms >= self.deadline_at - deadline_margin_ms():
+            return "draining"
+        return self.state
+
+    def target(self) -> Dict[str, Any]:
+        host: Dict[str, Any] = {"name": self.name, "instance": self.instance}
+        if self.handle is not None:
+            host["handle"] = self.handle
+        return {"host": host}
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "provider",
+            "plugin": self.plugin,
+            "identity": self.identity,
+            "instance": self.instance,
+            "handle": self.handle,
+            "state": self.shown_state(),
+            "reason": self.reason,
+            "params": self.params,
+            "facts": self.facts,
+            "deadlineAt": self.deadline_at,
+            "idleReclaimMs": self.idle_reclaim_ms,
+            "maxJobs": self.max_jobs,
+            "acquiredAt": self.acquired_at,
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    plugin: str
+    fetch: Optional[str]
+    repo: Optional[str]
+    max_sessions: Optional[int]
+    added_at: int
+
+    @property
+    def subject(self) -> str:
+        return f"host:{self.name}"
+
+    def target(self) -> Dict[str, Any]:
+        return {"host": {"name": self.name}}
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "profile",
+            "plugin": self.plugin,
+            "fetch": self.fetch,
+            "repo": self.repo,
+            "maxSessions": self.max_sessions,
+            "addedAt": self.added_at,
+        }
+
+
+Host = Union[ProviderHost, Profile]
+
+
+def _provider(row: sqlite3.Row) -> ProviderHost:
+    return ProviderHost(
+        row["name"], row["plugin"], row["instance"], row["key"], row["handle"], json.loads(row["params"]),
+        json.loads(row["facts"]), row["state"], row["reason"], row["deadline_at"], row["idle_reclaim_ms"],
+        row["max_jobs"], row["acquired_at"], row["changed_at"],
+    )
+
+
+def _profile(row: sqlite3.Row) -> Profile:
+    return Profile(row["name"], row["plugin"], row["fetch"], row["repo"], row["max_sessions"], row["added_at"])
+
+
+def find(name: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Host]:
+    def look(c: sqlite3.Connection) -> Optional[Host]:
+        row = c.execute("SELECT * FROM hosts WHERE name = ?", (name,)).fetchone()
+        if row is not None:
+            return _provider(row)
+        row = c.execute("SELECT * FROM host_profiles WHERE name = ?", (name,)).fetchone()
+        return _profile(row) if row is not None else None
+
+    if conn is not None:
+        return look(conn)
+    with db.reading() as own:
+        return look(own)
+
+
+def get(name: str) -> Host:
+    host = find(name)
+    if host is None:
+        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+    return host
+
+
+def all_hosts() -> List[Host]:
+    with db.reading() as conn:
+        found: List[Host] = [_provider(r) for r in conn.execute("SELECT * FROM hosts")]
+        found += [_profile(r) for r in conn.execute("SELECT * FROM host_profiles")]
+    return sorted(found, key=lambda h: h.name)
+
+
+# -- provider hosts -------------------------------------------------------------
+
+
+def insert_acquiring(conn: sqlite3.Connection, name: str, plugin: str, instance: str, key: str, params: Dict[str, str]) -> None:
+    existing = find(name, conn)
+    if isinstance(existing, Profile):
+        raise Refused(f"host {name!r} is a plugin profile", "pick another name")
+    if isinstance(existing, ProviderHost):
+        if existing.state not in ("released", "lost"):
+            raise Refused(f"host {name!r} is already {existing.shown_state()}", "pick another name, or release it first")
+        conn.execute("DELETE FROM hosts WHERE name = ?", (name,))
+        conn.execute("DELETE FROM trees WHERE host = ?", (name,))
+    now = now_ms()
+    conn.execute(
+        "INSERT INTO hosts (name, plugin, instance, key, params, state, acquired_at, changed_at)"
+        " VALUES (?, ?, ?, ?, ?, 'acquiring', ?, ?)",
+        (name, plugin, instance, key, json.dumps(params, sort_keys=True), now, now),
+    )
+
+
+def record_acquired(conn: sqlite3.Connection, name: str, result: Dict[str, Any]) -> None:
+    conn.execute(
+        "UPDATE hosts SET handle = ?, state = 'ready', reason = NULL, deadline_at = ?, idle_reclaim_ms = ?,"
+        " max_jobs = ?, changed_at = ? WHERE name = ?",
+        (result["handle"], result.get("deadlineAt"), result.get("idleReclaimMs"), result.get("maxJobs"), now_ms(), name),
+    )
+
+
+def delete(conn: sqlite3.Connection, name: str) -> None:
+    conn.execute("DELETE FROM hosts WHERE name = ?", (name,))
+    conn.execute("DELETE FROM trees WHERE host = ?", (name,))
+
+
+def set_state(conn: sqlite3.Connection, name: str, state: str, reason: Optional[str] = None) -> None:
+    conn.execute("UPDATE hosts SET state = ?, reason = ?, changed_at = ? WHERE name = ?", (state, reason, now_ms(), name))
+    if state == "lost":
+        # protocol "The host": gone is a proof; its worktrees no longer exist
+        conn.execute("UPDATE trees SET gone = 1 WHERE host = ?", (name,))
+
+
+def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> Dict[str, Any]:
+    """protocol "The host": an omitted fact keeps its value, `null` clears it.
+    `deadlineAt` and `idleReclaimMs` are facts mu keeps in their own columns."""
+    row = conn.execute("SELECT facts, deadline_at, idle_reclaim_ms FROM hosts WHERE name = ?", (name,)).fetchone()
+    facts = json.loads(row["facts"])
+    deadline_at, idle = row["deadline_at"], row["idle_reclaim_ms"]
+    for fact, value in patch.items():
+        if fact in ("state", "handle"):
+            continue
+        if fact == "deadlineAt":
+            deadline_at = value
+        elif fact == "idleReclaimMs":
+            idle = value
+        elif value is None:
+            facts.pop(fact, None)
+        else:
+            facts[fact] = value
+    conn.execute(
+        "UPDATE hosts SET facts = ?, deadline_at = ?, idle_reclaim_ms = ?, changed_at = ? WHERE name = ?",
+        (json.dumps(facts, sort_keys=True), deadline_at, idle, now_ms(), name),
+    )
+    return facts
+
+
+# -- profiles -------------------------------------------------------------------
+
+
+def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str], max_sessions: Optional[int]) -> Profile:
+    with db.transaction() as conn:
+        existing = find(name, conn)
+        if isinstance(existing, ProviderHost) and existing.state not in ("released", "lost"):
+            raise Refused(f"host {name!r} is a provider host", "pick another name")
+        if isinstance(existing, Profile):
+            raise Refused(f"host {name!r} is already a profile (of plugin {existing.plugin!r})", f"run `mu host rm {name}` first")
+        if isinstance(existing, ProviderHost):
+            delete(conn, name)
+        now = now_ms()
+        conn.execute(
+            "INSERT INTO host_profiles (name, plugin, fetch, repo, max_sessions, added_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (name, plugin, fetch, repo, max_sessions, now),
+        )
+    return Profile(name, plugin, fetch, repo, max_sessions, now)
+
+
+def remove(name: str) -> Host:
+    with db.transaction() as conn:
+        host = find(name, conn)
+        if host is None:
+            raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        if conn.execute("SELECT 1 FROM effects WHERE subject = ?", (host.subject,)).fetchone():
+            raise Refused(f"host {name!r} has an effect whose outcome is unknown", f"`mu host release {name}` resolves it")
+        if isinstance(host, Profile):
+            conn.execute("DELETE FROM host_profiles WHERE name = ?", (name,))
+        else:
+            if host.state not in ("released", "lost"):
+                raise Refused(f"host {name!r} is {host.shown_state()}", f"run `mu host release {name}` first")
+            delete(conn, name)
+    return host
