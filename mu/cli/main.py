@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 from types import ModuleType
 from typing import List, Optional
 
@@ -101,6 +100,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         code = 0  # the reader went away (`mu log | head`): not an error
         _quiet_stdout()
     except Exception:
+        import traceback
+
         traceback.print_exc()
         error("internal error: the traceback above is a bug in mu")
         supervisor.crash()
@@ -114,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             _quiet_stdout()
+        if "mu.store.db" in sys.modules:
+            from mu.store import db
+
+            db.close()
     return code
 
 

@@ -19,7 +19,6 @@ from typing import Any, Dict
 from mu.cli.output import emit, emit_json, error, table
 from mu.errors import CallError, Refused, UnknownOutcome, UsageError
 from mu.runtime import trust
-from mu.runtime.client import PluginClient
 from mu.store import plugins
 from mu.store.journal import journal
 
@@ -47,6 +46,8 @@ def add(name: str, argv: list) -> int:
     trust.check_name(name)
     plugins.check_argv(name, argv)  # refused before anything runs
     trust.check_executable(name, argv[0])
+    from mu.runtime.client import PluginClient
+
     client = PluginClient(name, argv)
     handshake = client.started()
     client.stop("registered")
@@ -104,6 +105,8 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
             raise UsageError("<params-json> must be a JSON object")
     params.setdefault("target", {"host": {"name": host or ""}})
     record = plugins.get(name)
+    from mu.runtime.client import PluginClient
+
     client = PluginClient(name, record.argv, recorded=record.handshake)
     try:
         result = client.call(method, params)

@@ -24,10 +24,11 @@ from mu.rpc.envelope import Notification, ProtocolViolation, Reply
 
 
 class PendingCall:
-    """One request in flight.  `wait()` returns once it is settled: by a
-    reply (`reply` set) or by `fail` (`failure` set)."""
+    """One request in flight.  It is settled once: by a reply (`reply` set)
+    or by `fail` (`failure` set).  `wait()` also returns early when the call
+    is nudged, so that its waiter can take over reading for everyone."""
 
-    __slots__ = ("id", "method", "written", "reply", "failure", "_event")
+    __slots__ = ("id", "method", "written", "reply", "failure", "_settled", "_event")
 
     def __init__(self, id: int, method: str) -> None:
         self.id = id
@@ -35,18 +36,29 @@ class PendingCall:
         self.written = False
         self.reply: Optional[Reply] = None
         self.failure: Optional[BaseException] = None
+        self._settled = False
         self._event = threading.Event()
 
     def settle(self, reply: Optional[Reply] = None, failure: Optional[BaseException] = None) -> None:
         self.reply, self.failure = reply, failure
+        self._settled = True
+        self._event.set()
+
+    def nudge(self) -> None:
         self._event.set()
 
     def wait(self, timeout: Optional[float]) -> bool:
-        return self._event.wait(timeout)
+        """Wait until settled or nudged or `timeout`; returns `settled`."""
+        self._event.wait(timeout)
+        if not self._settled:
+            # Race: a settle between the wait and this clear has already set
+            # `_settled`, which is read again below, so it is never lost.
+            self._event.clear()
+        return self._settled
 
     @property
     def settled(self) -> bool:
-        return self._event.is_set()
+        return self._settled
 
 
 class Endpoint:

@@ -10,8 +10,7 @@ endpoint's business, not this module's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, NamedTuple, Optional, Union
 
 ERROR_KINDS = ("retryable", "permanent", "human", "unknown-outcome")
 NOTIFICATIONS = ("watch/settled", "watch/restarted")
@@ -26,8 +25,7 @@ class ProtocolViolation(ValueError):
     """A message a plugin must not send; `str()` says which rule, in one line."""
 
 
-@dataclass(frozen=True)
-class ErrorReply:
+class ErrorReply(NamedTuple):
     code: int
     message: str
     kind: str
@@ -39,15 +37,13 @@ class ErrorReply:
         return value if isinstance(value, str) else ""
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
     id: int
     result: Any = None
     error: Optional[ErrorReply] = None
 
 
-@dataclass(frozen=True)
-class Notification:
+class Notification(NamedTuple):
     method: str
     params: Dict[str, Any]
 

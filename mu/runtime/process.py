@@ -8,15 +8,20 @@ Life cycle (each transition below is guarded by `_state_lock`):
                        leader's exit, stdout's EOF
     STOPPING -> EXITED   the group is empty (or killed) and the leader reaped
 
-Threads.  A reader thread multiplexes stdout, stderr, a pidfd for the
-leader's exit (where Linux has one) and a wake-up pipe with `selectors`.
-It splits stdout into lines, decodes and routes each message, and keeps
-only stderr's first line (400 characters) for error messages: stderr is
-never parsed or stored (protocol "Transport").  A request is written by
-the thread that makes it, under a lock, with stdin non-blocking and the
-write bounded by the call's deadline: that saves a thread hop on every call
-and keeps the rule "a call cancelled before it was written is never sent"
-a matter of one check before the first byte.
+Threads.  stdout is read by the threads that wait on it, one at a time:
+a caller whose reply has not come takes the read role if it is free, reads
+and routes every message that arrives (its own reply and others'), and on
+its way out nudges another waiter to take the role over (leader and
+followers).  So a reply reaches its caller without a thread hop, which on
+these machines costs more than the whole raw round trip.  A watcher thread
+multiplexes stderr, a pidfd for the leader's exit (where Linux has one) and
+a wake-up pipe with `selectors`: it keeps only stderr's first line (400
+characters) for error messages, since stderr is never parsed or stored
+(protocol "Transport"), and it notices a leader that exits while nobody is
+reading.  A request is written by the thread that makes it, under a lock,
+with stdin non-blocking and the write bounded by the call's deadline: the
+rule "a call cancelled before it was written is never sent" is then one
+check before the first byte.
 
 What a caller may rely on: `request()` returns the reply's result or
 raises one of `mu.errors`' call errors; it never waits past its deadline
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import selectors
 import subprocess
 import threading
@@ -96,8 +102,12 @@ class PluginProcess:
         self._write_lock = threading.Lock()
         self._stopped = threading.Event()
         self._leader_exited = False
-        self._reader: Optional[threading.Thread] = None
+        self._watcher: Optional[threading.Thread] = None
         self._wake_r = self._wake_w = -1
+        self._pidfd = -1
+        self._role = threading.Lock()  # who reads stdout now
+        self._splitter = framing.LineSplitter()
+        self._stdout_open = True
         self._stderr_partial = bytearray()
         self._stderr_done = False
 
@@ -135,8 +145,12 @@ class PluginProcess:
             plugin=self.name,
             pid=self.pid,
         )
-        self._reader = threading.Thread(target=self._read_loop, name=f"mu-reader-{self.name}", daemon=True)
-        self._reader.start()
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = -1  # no pidfd: the watcher polls the leader instead
+        self._watcher = threading.Thread(target=self._watch_loop, name=f"mu-watch-{self.name}", daemon=True)
+        self._watcher.start()
 
     # -- requests ----------------------------------------------------------------
 
@@ -159,7 +173,7 @@ class PluginProcess:
             self.endpoint.forget(call)
             raise
         crashpoints.reach("request-written", method)
-        if not call.wait(deadline.remaining()):
+        if not self._await(call, deadline):
             # protocol "Timeouts and cancel": past the deadline, $/cancel and
             # the stop sequence; a reply arriving meanwhile is ignored.
             self._journal_call(method_text, started, "no answer by the deadline")
@@ -246,69 +260,118 @@ class PluginProcess:
         if self.trace is not None:
             self.trace.frame(self.name, self.pid, ">", data[:-1])
 
-    # -- the reader thread -------------------------------------------------------
+    # -- reading -------------------------------------------------------------------
 
-    def _read_loop(self) -> None:
-        assert self._popen is not None
-        out = self._popen.stdout.fileno()
+    def _await(self, call: PendingCall, deadline: Deadline) -> bool:
+        """Wait for `call` to settle, reading stdout while nobody else does;
+        False when `deadline` passed first."""
+        while not call.settled:
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                return False
+            if self._stdout_open and self._role.acquire(blocking=False):
+                try:
+                    self._read_until(call, deadline)
+                finally:
+                    self._role.release()
+                    self._hand_over(call)
+            else:
+                # Another thread reads; it settles this call or, leaving,
+                # nudges it.  The timeout only guards a nudge that was lost.
+                call.wait(min(remaining, 0.05))
+        return True
+
+    def _hand_over(self, leaving: PendingCall) -> None:
+        for other in self.endpoint.pending():
+            if other is not leaving and not other.settled:
+                other.nudge()
+                return
+
+    def _read_until(self, call: PendingCall, deadline: Deadline) -> None:
+        assert self._popen is not None and self._popen.stdout is not None
+        fd = self._popen.stdout.fileno()
+        while not call.settled and self._stdout_open:
+            remaining = deadline.remaining()
+            if remaining <= 0:
+                return
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            self._read_once(fd)
+
+    def _read_once(self, fd: int) -> None:
+        """One read of stdout by the role holder; routes what it completes."""
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            self._stdout_open = False
+            self._on_stdout_eof()
+            return
+        if self.broken is not None or self.state != RUNNING:
+            return  # stopping or broken: drain, never read a message again
+        try:
+            lines = self._splitter.feed(data)
+        except framing.FramingError as e:
+            self._break(str(e))
+            return
+        for line in lines:
+            self._on_line(line)
+            if self.broken is not None:
+                return
+
+    def _drain(self, seconds: float) -> None:
+        """While stopping: keep stdout from filling up (a plugin blocked on a
+        full pipe cannot exit), and wake as soon as the leader exits."""
+        # A pidfd stays readable once its process is reaped: only until then.
+        fds = [self._pidfd] if self._pidfd >= 0 and not self._leader_exited else []
+        holding = self._stdout_open and self._role.acquire(blocking=False)
+        try:
+            out = self._popen.stdout.fileno() if holding and self._popen and self._popen.stdout else -1
+            if out >= 0:
+                fds.append(out)
+            if not fds:
+                time.sleep(seconds)
+                return
+            ready, _, _ = select.select(fds, [], [], seconds)
+            if out in ready:
+                self._read_once(out)
+        finally:
+            if holding:
+                self._role.release()
+
+    def _watch_loop(self) -> None:
+        """stderr, the leader's exit and the wake-up pipe."""
+        assert self._popen is not None and self._popen.stderr is not None
         err = self._popen.stderr.fileno()
-        splitter = framing.LineSplitter()
         sel = selectors.DefaultSelector()
-        sel.register(out, selectors.EVENT_READ, "out")
         sel.register(err, selectors.EVENT_READ, "err")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        pidfd = -1
-        try:
-            pidfd = os.pidfd_open(self.pid)
-            sel.register(pidfd, selectors.EVENT_READ, "exit")
-        except (AttributeError, OSError):
-            pidfd = -1  # no pidfd: poll the leader between reads instead
-        open_streams = 2
+        if self._pidfd >= 0:
+            sel.register(self._pidfd, selectors.EVENT_READ, "exit")
         try:
             while True:
-                events = sel.select(None if pidfd >= 0 else 0.1)
-                if pidfd < 0 and not self._leader_exited and self._leader_done():
+                events = sel.select(None if self._pidfd >= 0 else 0.1)
+                if self._pidfd < 0 and not self._leader_exited and self._leader_done():
                     self._on_leader_exit()
                 for key, _ in events:
-                    tag = key.data
-                    if tag == "wake":
+                    if key.data == "wake":
                         return
-                    if tag == "exit":
-                        sel.unregister(pidfd)
+                    if key.data == "exit":
+                        sel.unregister(self._pidfd)
                         self._on_leader_exit()
                         continue
-                    fd = key.fd
                     try:
-                        data = os.read(fd, 1 << 16)
+                        data = os.read(err, 1 << 16)
                     except OSError:
                         data = b""
                     if not data:
-                        sel.unregister(fd)
-                        open_streams -= 1
-                        if tag == "out":
-                            self._on_stdout_eof()
-                        if open_streams == 0 and (pidfd < 0 or self._leader_exited):
-                            return
+                        sel.unregister(err)
                         continue
-                    if tag == "err":
-                        self._on_stderr(data)
-                    elif self.broken is None and self.state == RUNNING:
-                        try:
-                            lines = splitter.feed(data)
-                        except framing.FramingError as e:
-                            self._break(str(e))
-                            continue
-                        for line in lines:
-                            self._on_line(line)
-                            if self.broken is not None:
-                                break
-                    # else: stopping or broken: drain, never read again
-                if open_streams == 0 and self._leader_exited:
-                    return
+                    self._on_stderr(data)
         finally:
             sel.close()
-            if pidfd >= 0:
-                os.close(pidfd)
 
     def _on_line(self, line: bytes) -> None:
         if self.trace is not None:
@@ -479,23 +542,23 @@ class PluginProcess:
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return False
-            time.sleep(min(pause, remaining))
+            self._drain(min(pause, remaining))
             pause = min(pause * 2, 0.05)
 
     def _finish(self) -> None:
         assert self._popen is not None
         self.exit_status = self._popen.returncode
         self.journal.record(f"exit status {self.exit_status}", plugin=self.name, pid=self.pid)
-        self._wake_reader()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout=1.0)
+        self._wake_watcher()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=1.0)
         for stream in (self._popen.stdout, self._popen.stderr):
             if stream is not None:
                 try:
                     stream.close()
                 except OSError:
                     pass
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, self._pidfd):
             try:
                 os.close(fd)
             except OSError:
@@ -506,7 +569,7 @@ class PluginProcess:
         self._stopped.set()
         self.journal.flush()
 
-    def _wake_reader(self) -> None:
+    def _wake_watcher(self) -> None:
         try:
             os.write(self._wake_w, b"x")
         except OSError:

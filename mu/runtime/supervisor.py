@@ -116,6 +116,8 @@ class Supervisor:
         """End of the invocation: stop every plugin, flush the journal, and
         re-raise a terminating signal.  Safe to call more than once."""
         self._finishing = True
+        if "mu.store.journal" not in sys.modules and not self.running() and self.signum is None:
+            return  # nothing was journaled or started: nothing to flush
         from mu.store.journal import journal
 
         if self.signum is not None:

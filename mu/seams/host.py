@@ -13,8 +13,7 @@ nothing is sent (`stop-changed`).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 from mu.errors import Human, NotFound, Permanent, Refused, UnknownOutcome, UsageError
 from mu.ids import uuid7
@@ -47,8 +46,7 @@ def _schema_check(method: str):
     return check
 
 
-@dataclass
-class AcquireOutcome:
+class AcquireOutcome(NamedTuple):
     host: ProviderHost
     resolved: str  # "" for a fresh acquire, else how an earlier one resolved
 
@@ -201,8 +199,7 @@ def release(name: str, force: bool = False) -> str:
         return "released"
 
 
-@dataclass
-class StatusOutcome:
+class StatusOutcome(NamedTuple):
     host: ProviderHost
     state: str
     detail: str

@@ -18,8 +18,7 @@ import os
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 from mu.errors import Permanent, Refused, UsageError
 from mu.runtime.client import PluginClient
@@ -32,8 +31,7 @@ DEFAULT_TIMEOUT_MS = 20_000  # protocol "Timeouts and cancel"
 DEFAULT_PROVIDER_SLOTS = 8  # a provider host with slots "mu" and no maxJobs
 
 
-@dataclass
-class Run:
+class Run(NamedTuple):
     exit_code: Optional[int]
     stdout: str
     stderr: str
@@ -89,7 +87,7 @@ class Link:
                 raise Permanent(f"plugin {self.host.plugin}: {method} answer is not valid: {problem}")
             run = Run(result["exitCode"], result.get("stdout", ""), result.get("stderr", ""), bool(result.get("partial")))
             if run.exit_code is None:
-                run.timed_out_note = self._timed_out()
+                run = run._replace(timed_out_note=self._timed_out())
         return run
 
     def _timed_out(self) -> str:

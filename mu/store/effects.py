@@ -15,8 +15,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from mu.ids import uuid7
 from mu.store import db
@@ -27,8 +26,7 @@ def params_digest(params: Dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True)
-class IntentRecord:
+class IntentRecord(NamedTuple):
     id: str
     subject: str
     method: str

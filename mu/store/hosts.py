@@ -14,8 +14,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 from mu.errors import NotFound, Refused
 from mu.store import db
@@ -35,8 +34,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True)
-class ProviderHost:
+class ProviderHost(NamedTuple):
     name: str
     plugin: str
     instance: str
@@ -93,8 +91,7 @@ class ProviderHost:
         }
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     name: str
     plugin: str
     fetch: Optional[str]

@@ -19,8 +19,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 from mu import environment
 from mu.ids import uuid7, uuid7_floor
@@ -29,8 +28,7 @@ from mu.store import db
 FLUSH_AFTER_S = 0.25
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     id: str
     at: int
     plugin: Optional[str]
@@ -65,14 +63,15 @@ class Journal:
         return self._path or environment.db_path()
 
     def record(self, text: str, *, plugin: Optional[str] = None, pid: Optional[int] = None, stream: str = "core") -> None:
+        # Only what is cheap happens here, on every call's path; the id and
+        # the folding of white space wait for the flush.
         now = time.time()
-        line = " ".join(text.split())
-        entry = (uuid7(int(now * 1000)), int(now * 1000), plugin, pid if pid is not None else os.getpid(), os.getpid(), stream, line)
+        entry = (int(now * 1000), plugin, pid, stream, text)
         with self._lock:
             if not self._buffer:
-                self._oldest = time.monotonic()
+                self._oldest = now
             self._buffer.append(entry)
-            due = time.monotonic() - self._oldest >= FLUSH_AFTER_S
+            due = now - self._oldest >= FLUSH_AFTER_S
         if due:
             self.flush()
 
@@ -82,11 +81,16 @@ class Journal:
             if not self._buffer:
                 return
             entries, self._buffer = self._buffer, []
+        me = os.getpid()
+        rows = [
+            (uuid7(at), at, plugin, pid if pid is not None else me, me, stream, " ".join(text.split()))
+            for at, plugin, pid, stream, text in entries
+        ]
         try:
             with db.transaction(self.path) as conn:
                 conn.executemany(
                     "INSERT INTO journal (id, at, plugin, pid, mu_pid, stream, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    entries,
+                    rows,
                 )
         except BaseException:
             with self._lock:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu.errors import NotFound, Refused
 from mu.store import db
 
 
-@dataclass(frozen=True)
-class PluginRecord:
+class PluginRecord(NamedTuple):
     name: str
     argv: List[str]
     handshake: Dict[str, Any]
