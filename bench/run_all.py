@@ -1,0 +1,65 @@
+"""Run every bench, one after the other, each in a process of its own.
+
+    .venv/bin/python bench/run_all.py [--quick] [--markdown]
+
+Each bench prints its own table; this adds a header (date, interpreter,
+cores, load) and the time the whole run took.  `--markdown` prints
+Markdown tables (what `bench/results.md` is made of), `--quick` a smoke
+run with few rounds.  Like every bench, it exits 0 whatever the figures;
+it exits 1 only when a bench script itself could not be run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import harness
+
+BENCHES = (
+    "roundtrip.py",
+    "throughput.py",
+    "lifecycle.py",
+    "sdk_startup.py",
+    "cli_startup.py",
+    "store_writes.py",
+)
+
+
+def main() -> int:
+    opts = harness.options()
+    flags = [f for f, on in (("--quick", opts.quick), ("--markdown", opts.markdown)) if on]
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    facts = f"{stamp}; Python {platform.python_version()} ({_shown(harness.PYTHON)}); {os.cpu_count()} cores; load {load}"
+    print(f"## mu benchmarks, {facts}\n" if opts.markdown else f"mu benchmarks: {facts}\n")
+    sys.stdout.flush()
+    started = time.perf_counter()
+    failed = 0
+    for name in BENCHES:
+        one = time.perf_counter()
+        done = subprocess.run([harness.PYTHON, os.path.join(harness.BENCH, name)] + flags, timeout=300)
+        if done.returncode != 0:
+            failed += 1
+            print(f"{name}: exited {done.returncode}")
+        took = f"{name}: {time.perf_counter() - one:.1f} s"
+        print(f"_{took}_\n" if opts.markdown else f"({took})\n")
+        sys.stdout.flush()
+    total = f"all benches: {time.perf_counter() - started:.1f} s"
+    print(f"_{total}_" if opts.markdown else total)
+    return 1 if failed else 0
+
+
+def _shown(path: str) -> str:
+    """The interpreter as the README names it: relative to the checkout
+    when it lives there (no machine's absolute path in a result)."""
+    relative = os.path.relpath(path, harness.ROOT)
+    return relative if not relative.startswith("..") else os.path.basename(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
