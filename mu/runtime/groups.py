@@ -101,12 +101,17 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-def start_time(pid: int) -> Optional[float]:
-    """The process's start time (psutil's `create_time`), or None if gone."""
+def start_time(pid: int, zombies: bool = False) -> Optional[float]:
+    """The process's start time (psutil's `create_time`), or None if it is
+    gone; a zombie counts as gone unless `zombies` (it is dead, though its
+    pid is not yet free)."""
     import psutil
 
     try:
-        return psutil.Process(pid).create_time()
+        proc = psutil.Process(pid)
+        if not zombies and proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
@@ -114,10 +119,15 @@ def start_time(pid: int) -> Optional[float]:
 def same_group(pgid: int, leader_start_time: float) -> bool:
     """Whether group `pgid` is still the group whose leader started at
     `leader_start_time` (see the module's note on pid reuse)."""
-    started = start_time(pgid)
+    started = start_time(pgid, zombies=True)
     if started is not None:
         return abs(started - leader_start_time) < 0.01
     return bool(members(pgid))
+
+
+def group_alive(pgid: int, leader_start_time: float) -> bool:
+    """Whether that group still has a live process in it."""
+    return same_group(pgid, leader_start_time) and bool(members(pgid))
 
 
 def signal_recorded_group(pgid: int, leader_start_time: float, sig: int = signal.SIGKILL) -> bool:

@@ -162,7 +162,7 @@ class Resolver:
         up to one grace, the time a plugin has to exit after mu died."""
         pgid, started = self.intent.plugin_group
         until = time.monotonic() + wait_s
-        while groups.same_group(pgid, started):
+        while groups.group_alive(pgid, started):
             if time.monotonic() >= until:
                 return False
             time.sleep(0.05)

@@ -206,16 +206,21 @@ class StatusOutcome(NamedTuple):
 
 
 def status(name: str) -> StatusOutcome:
-    """Ask the provider; patch the facts, or record the host lost on `gone`."""
+    """Ask the provider; patch the facts, or record the host lost on `gone`.
+
+    A read: it resolves no leftover intent (that could mean resending an
+    effect) and says instead which verb will."""
     host = _recorded(name)
     if host.state in ("released", "lost"):
         return StatusOutcome(host, host.state, host.reason or "")
+    pending = intents.pending(host.subject)
+    if host.state == "acquiring":
+        key = pending.key if pending else host.key
+        return StatusOutcome(host, "acquiring", f"its acquire's outcome is unknown (key {key}); "
+                             f"`mu host acquire {name}` or `mu host release {name}` resolves it")
     client = provider_client(host.plugin)
     with locks.subject("host", name):
-        resolve(client, name)
         host = _recorded(name)
-        if host.state != "ready":
-            return StatusOutcome(host, host.state, host.reason or "")
         require_instance(client, host)
         answer = client.call("host.status", {"target": host.target()})
         problem = _schema_check("host.status")(answer)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -179,14 +180,13 @@ def render_fetch(template: str, *, host: str, remote_cwd: str, local_repo: str) 
 
 
 def check_template(template: str) -> str:
-    """What is wrong with a `--fetch` template, or ""."""
+    """What is wrong with a `--fetch` template, or "".  A shell's own
+    `${NAME}` is left alone; any other `{word}` must be a placeholder."""
     if "{remoteCwd}" not in template:
         return "it never names {remoteCwd}, the folder to fetch from"
-    leftover = template
-    for placeholder in FETCH_PLACEHOLDERS:
-        leftover = leftover.replace(placeholder, "")
-    if "{" in leftover and "}" in leftover[leftover.index("{"):]:
-        return "it has a placeholder mu does not know (known: " + ", ".join(FETCH_PLACEHOLDERS) + ")"
+    unknown = [m for m in re.findall(r"(?<!\$)\{[A-Za-z_]+\}", template) if m not in FETCH_PLACEHOLDERS]
+    if unknown:
+        return f"{unknown[0]} is not a placeholder mu knows (known: " + ", ".join(FETCH_PLACEHOLDERS) + ")"
     return ""
 
 
