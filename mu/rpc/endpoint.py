@@ -28,7 +28,7 @@ class PendingCall:
     or by `fail` (`failure` set).  `wait()` also returns early when the call
     is nudged, so that its waiter can take over reading for everyone."""
 
-    __slots__ = ("id", "method", "written", "reply", "failure", "_settled", "_event")
+    __slots__ = ("id", "method", "written", "reply", "failure", "_settled", "_gate")
 
     def __init__(self, id: int, method: str) -> None:
         self.id = id
@@ -37,23 +37,31 @@ class PendingCall:
         self.reply: Optional[Reply] = None
         self.failure: Optional[BaseException] = None
         self._settled = False
-        self._event = threading.Event()
+        # A bare lock as a one-shot gate, held until a settle or a nudge
+        # opens it: an Event would cost a Condition per call, and most calls
+        # are read by their own thread and never wait on it at all.
+        self._gate = threading.Lock()
+        self._gate.acquire()
 
     def settle(self, reply: Optional[Reply] = None, failure: Optional[BaseException] = None) -> None:
         self.reply, self.failure = reply, failure
         self._settled = True
-        self._event.set()
+        self._open()
 
     def nudge(self) -> None:
-        self._event.set()
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self._gate.release()
+        except RuntimeError:
+            pass  # already open
 
     def wait(self, timeout: Optional[float]) -> bool:
-        """Wait until settled or nudged or `timeout`; returns `settled`."""
-        self._event.wait(timeout)
+        """Wait until settled or nudged or `timeout`; returns `settled`.
+        Each wake-up closes the gate again behind it."""
         if not self._settled:
-            # Race: a settle between the wait and this clear has already set
-            # `_settled`, which is read again below, so it is never lost.
-            self._event.clear()
+            self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
         return self._settled
 
     @property

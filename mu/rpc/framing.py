@@ -23,13 +23,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One encoder and one decoder for the process: `json.dumps`/`json.loads`
+# with arguments build a new one on every call, a cost every message paid.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def encode(message: Dict[str, Any]) -> bytes:
     """One message as its line, newline included.
 
     `json.dumps` escapes every control character, so the line cannot contain
     a raw newline; non-ASCII text stays UTF-8 rather than `\\u` escapes."""
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    data = text.encode("utf-8")
+    data = _ENCODER.encode(message).encode("utf-8")
     if len(data) > MAX_LINE_BYTES:
         raise FramingError(f"message of {len(data)} bytes is over the 1 MiB limit")
     return data + b"\n"
@@ -44,7 +49,7 @@ def decode(line: bytes) -> Dict[str, Any]:
     except UnicodeDecodeError as e:
         raise FramingError(f"line is not valid UTF-8 (byte {e.start})") from None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = _DECODER.decode(text)
     except ValueError as e:
         raise FramingError(f"line is not JSON ({e})") from None
     if not isinstance(value, dict):

@@ -149,6 +149,8 @@ class PluginProcess:
             self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
             self._pidfd = -1  # no pidfd: the watcher polls the leader instead
+        self._poller = select.poll()
+        self._poller.register(self._popen.stdout.fileno(), select.POLLIN)
         self._watcher = threading.Thread(target=self._watch_loop, name=f"mu-watch-{self.name}", daemon=True)
         self._watcher.start()
 
@@ -290,12 +292,13 @@ class PluginProcess:
     def _read_until(self, call: PendingCall, deadline: Deadline) -> None:
         assert self._popen is not None and self._popen.stdout is not None
         fd = self._popen.stdout.fileno()
+        poller = self._poller
         while not call.settled and self._stdout_open:
             remaining = deadline.remaining()
             if remaining <= 0:
                 return
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            # one poll object for the process's life: no fd set built per call
+            if not poller.poll(remaining * 1000):
                 continue
             self._read_once(fd)
 
