@@ -322,3 +322,74 @@ def test_status_of_an_unresolved_acquire_names_the_verb_that_resolves_it(local, 
     assert intents(isolated) == [("host:box", "host.acquire")]  # a read resolves nothing
     assert run_mu("host", "release", "box").returncode == 0
     assert host_folders(local) == []
+
+
+PROVIDER_SEAMS = {
+    "link": {"fetch": True, "push": False, "slots": "self", "remoteOnTimeout": "stopped",
+             "quiescence": "provable", "maxScriptBytes": 4096, "checks": ["template", "reach"]},
+    "job": {"kind": "fake", "view": "bound", "handle": "file", "start": {"lookup": True, "fenceKey": True},
+            "checks": []},
+    "host": {"acquire": {"lookup": True, "fenceKey": True}},
+}
+
+
+@pytest.fixture
+def provider(fake, monkeypatch):
+    """The fake as a provider; its answers are set per test (FAKE_RESULT_*)."""
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(PROVIDER_SEAMS))
+    out = run_mu("plugin", "add", "fake", "--", str(fake))
+    assert out.returncode == 0, out.stderr
+    return fake
+
+
+def test_an_acquire_answer_without_a_handle_is_an_unknown_outcome(provider, isolated):
+    out = run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": "{}"})
+    assert out.returncode == 1 and "handle" in out.stderr and "key" in out.stderr
+    assert intents(isolated) == [("host:box", "host.acquire")]  # recorded as unknown, not half-written
+    assert host_json("box")["state"] == "acquiring"
+
+
+def test_a_lookup_answer_with_two_outcomes_resolves_nothing(provider, isolated):
+    run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": "{}"})
+    two = json.dumps({"found": {"handle": "h1"}, "none": True})
+    out = run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_LOOKUP": two})
+    assert out.returncode == 1 and "lookup answer is not valid" in out.stderr
+    assert intents(isolated) == [("host:box", "host.acquire")]
+    found = json.dumps({"found": {"handle": "h1"}})
+    again = run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_LOOKUP": found})
+    assert again.returncode == 0 and "resolved: found" in again.stdout
+    assert host_json("box")["handle"] == "h1" and intents(isolated) == []
+
+
+def test_status_patches_facts(provider):
+    run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": '{"handle": "h1"}'})
+    first = {"state": "up", "handle": "h1", "disk": 10, "zone": "a", "deadlineAt": 4102444800000}
+    run_mu("host", "status", "box", env={"FAKE_RESULT_HOST_STATUS": json.dumps(first)})
+    second = {"state": "up", "handle": "h1", "disk": 9, "zone": None}
+    run_mu("host", "status", "box", env={"FAKE_RESULT_HOST_STATUS": json.dumps(second)})
+    host = host_json("box")
+    assert host["facts"] == {"disk": 9}  # omitted keeps, null clears
+    assert host["deadlineAt"] == 4102444800000
+
+
+def test_status_needs_human_prints_the_remedy(provider):
+    run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": '{"handle": "h1"}'})
+    answer = json.dumps({"state": "needs-human", "remedy": "log in to the console"})
+    out = run_mu("host", "status", "box", env={"FAKE_RESULT_HOST_STATUS": answer})
+    assert out.returncode == 5 and "log in to the console" in out.stderr
+
+
+def test_check_warn_passes_and_handback_ends_the_check(provider):
+    run_mu("host", "add", "box", "--plugin", "fake")
+    warn = json.dumps([{"step": "disk", "ok": "warn", "detail": "low"}, {"step": "net", "ok": None, "detail": ""}])
+    out = run_mu("host", "check", "box", "--phase", "template", env={"FAKE_RESULT_LINK_CHECKSTEPS": warn})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warn" in out.stdout and "fake:disk" in out.stdout and "skip" in out.stdout
+    back = json.dumps([{"step": "handback", "ok": False, "detail": "open the console"},
+                       {"step": "after", "ok": True, "detail": ""}])
+    out = run_mu("host", "check", "box", "--phase", "template", "--phase", "reach",
+                 env={"FAKE_RESULT_LINK_CHECKSTEPS": back})
+    assert out.returncode == 5 and "open the console" in out.stderr
+    assert "fake:after" not in out.stdout and "mu:exec" not in out.stdout  # the steps after it are skipped
+    human = run_mu("host", "check", "box", "--phase", "template", env={"FAKE_ON_LINK_CHECKSTEPS": "error:human"})
+    assert human.returncode == 5 and "call the operator" in human.stderr
