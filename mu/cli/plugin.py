@@ -5,15 +5,20 @@ Usage:
   mu plugin show <name> [--json]
   mu plugin call <name> <method> [<params-json>] [--host <h>]
   mu plugin rm <name>
+  mu plugin test (<name> | -- <argv>...) [--json] [--only <check>]... [--param <key=value>]...
 
 Options:
-  --json        Print one JSON document on stdout and nothing else there.
-  --host <h>    The host the call's target names.
+  --json                 Print one JSON document on stdout and nothing else there.
+  --host <h>             The host the call's target names.
+  --only <check>         Run only this check, or this group of checks.
+  --param <key=value>    A param for the host the test acquires; host=<name> names a link's host.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any, Dict
 
 from mu.cli.output import emit, emit_json, error, table
@@ -27,6 +32,9 @@ from mu.store.journal import journal
 _MU_OWN = frozenset({"initialize", "shutdown", "$/cancel"})
 _LINK_ACTS = frozenset({"link.exec", "link.fetch", "link.push"})
 
+# protocol "Registration and trust": the executable is mu-plugin-<name>
+PLUGIN_PREFIX = "mu-plugin-"
+
 
 def run(args: Dict[str, Any]) -> int:
     if args["add"]:
@@ -39,6 +47,8 @@ def run(args: Dict[str, Any]) -> int:
         return call(args["<name>"], args["<method>"], args["<params-json>"], args["--host"])
     if args["rm"]:
         return rm(args["<name>"])
+    if args["test"]:
+        return test(args["<name>"], args["<argv>"], args["--json"], args["--only"], args["--param"])
     raise UsageError("no such `mu plugin` verb")
 
 
@@ -138,6 +148,58 @@ def rm(name: str) -> int:
     journal().record(f"plugin rm {name}", plugin=name)
     emit(f"removed plugin {name}")
     return 0
+
+
+def test(name: Any, argv: list, as_json: bool, only: list, param_args: list) -> int:
+    """The contract suite (mu.contract) against a registered plugin, or a
+    bare argv; one line per check as it is decided, or one document."""
+    from mu.contract import registry, runner
+
+    params = _params(param_args)
+    try:
+        chosen = registry.select(only) if only else registry.all_checks()
+    except KeyError as e:
+        known = ", ".join(c.name for c in registry.all_checks())
+        raise UsageError(f"--only {e.args[0]}: no such check", f"the checks: {known}") from None
+    recorded = None
+    if argv:
+        # a bare argv: its path made absolute, its name from the basename
+        argv = [os.path.abspath(argv[0])] + list(argv[1:])
+        base = os.path.basename(argv[0])
+        name = base[len(PLUGIN_PREFIX):] if base.startswith(PLUGIN_PREFIX) else base
+    else:
+        record = plugins.get(name)
+        argv, recorded = record.argv, record.handshake
+    width = max(len(c.name) for c in registry.all_checks() if c in chosen or c.stage == "load")
+
+    def show(outcome: Any) -> None:
+        if not as_json:
+            emit(outcome.line(width))
+            sys.stdout.flush()
+
+    if not as_json:
+        emit(f"mu plugin test {name}: {' '.join(argv)}")
+    report = runner.run(name, argv, recorded=recorded, only=only, params=params, on_outcome=show)
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        emit(report.summary_line())
+    failed = report.first_load_failure()
+    if failed is not None:
+        error(f"plugin {name} cannot be loaded: {failed.name}: {failed.got}")
+    return report.exit_code
+
+
+def _params(args: list) -> Dict[str, str]:
+    params: Dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param {arg!r} is not <key>=<value>")
+        if key in params:
+            raise UsageError(f"--param {key} given twice")
+        params[key] = value
+    return params
 
 
 def _seams_text(seams: Dict[str, Any]) -> str:
