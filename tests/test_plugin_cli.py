@@ -60,6 +60,11 @@ def test_call_fills_target_and_deadline(fake, tmp_path):
     echoed = json.loads(out.stdout)
     assert echoed["a"] == 1 and echoed["target"] == {"host": {"name": "box"}}
     assert isinstance(echoed["deadline"], int)
+    bare = json.loads(run_mu("plugin", "call", "fake", "fake.echo").stdout)
+    assert bare["target"] == {"host": {"name": "default"}}
+    from mu.schema import validate_definition
+
+    validate_definition("target", bare["target"])
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ Usage:
   mu --version
 
 Verbs:
-  plugin    register, inspect and call plugins
+  plugin    register, inspect, call and test plugins
   host      acquire, reach, check and release hosts
   log       read the journal of plugin processes and mu's own events
   help      print a verb's usage

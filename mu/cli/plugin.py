@@ -31,6 +31,8 @@ from mu.store.journal import journal
 # go through intent records), and the link's acting methods.
 _MU_OWN = frozenset({"initialize", "shutdown", "$/cancel"})
 _LINK_ACTS = frozenset({"link.exec", "link.fetch", "link.push"})
+# The host a call's target names without --host: the schema wants a name.
+DEFAULT_HOST = "default"
 
 # protocol "Registration and trust": the executable is mu-plugin-<name>
 PLUGIN_PREFIX = "mu-plugin-"
@@ -113,7 +115,7 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
             raise UsageError(f"<params-json> is not JSON: {e}") from None
         if not isinstance(params, dict):
             raise UsageError("<params-json> must be a JSON object")
-    params.setdefault("target", {"host": {"name": host or ""}})
+    params.setdefault("target", {"host": {"name": host or DEFAULT_HOST}})
     record = plugins.get(name)
     from mu.runtime.client import PluginClient
 
