@@ -490,6 +490,11 @@ def test_job_start_lookup_status_attach_and_stop(local, views):
 
     pane = views.run(view)
     wait_status(local, target, "running")
+    # "running" means the wrapper recorded itself; its shell may not have
+    # written the file yet
+    deadline = time.monotonic() + 5
+    while not (home / "work" / "out.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert (home / "work" / "out.txt").read_text() == "hi\n"
     assert local.call("job.attach", target=target) == view
     began = time.monotonic()
