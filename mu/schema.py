@@ -163,6 +163,16 @@ def validate_result(method: str, result: object) -> None:
     validate_definition(method + ".result", result)
 
 
+def result_problem(method: str, result: object) -> str:
+    """What is wrong with a reply's `result` to `method`, in one line, or ""
+    when it validates: for callers that report rather than raise."""
+    try:
+        validate_result(method, result)
+    except SchemaViolation as e:
+        return str(e)
+    return ""
+
+
 def validate_notification(method: str, params: object) -> None:
     """Check a notification's `params`: the plugin's `watch/settled` and
     `watch/restarted`, or mu's `$/cancel`."""

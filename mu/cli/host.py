@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, List, Optional
 
+from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
 from mu.errors import EXIT_CALL_FAILED, Human, UsageError
 from mu.runtime import trust
@@ -97,7 +98,7 @@ def verb_rm(args: Dict[str, Any]) -> int:
 
 
 def verb_acquire(args: Dict[str, Any]) -> int:
-    params = host_seam.parse_params(args["--param"])
+    params = parse_params(args["--param"])
     outcome = host_seam.acquire(args["<name>"], args["--provider"], params)
     if outcome.resolved:
         emit(f"an earlier acquire of host {outcome.host.name} resolved: {outcome.resolved}")

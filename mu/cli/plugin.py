@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any, Dict
 
+from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, table
 from mu.errors import CallError, Refused, UnknownOutcome, UsageError
 from mu.runtime import trust
@@ -134,15 +135,9 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
 
 
 def _schema_problem(method: str, result: Any) -> str:
-    from mu.schema import METHODS, SchemaViolation, validate_result
+    from mu.schema import METHODS, result_problem
 
-    if method not in METHODS:
-        return ""
-    try:
-        validate_result(method, result)
-    except SchemaViolation as e:
-        return str(e)
-    return ""
+    return result_problem(method, result) if method in METHODS else ""
 
 
 def rm(name: str) -> int:
@@ -157,7 +152,7 @@ def test(name: Any, argv: list, as_json: bool, only: list, param_args: list) -> 
     bare argv; one line per check as it is decided, or one document."""
     from mu.contract import registry, runner
 
-    params = _params(param_args)
+    params = parse_params(param_args)
     try:
         chosen = registry.select(only) if only else registry.all_checks()
     except KeyError as e:
@@ -190,18 +185,6 @@ def test(name: Any, argv: list, as_json: bool, only: list, param_args: list) -> 
     if failed is not None:
         error(f"plugin {name} cannot be loaded: {failed.name}: {failed.got}")
     return report.exit_code
-
-
-def _params(args: list) -> Dict[str, str]:
-    params: Dict[str, str] = {}
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--param {arg!r} is not <key>=<value>")
-        if key in params:
-            raise UsageError(f"--param {key} given twice")
-        params[key] = value
-    return params
 
 
 def _seams_text(seams: Dict[str, Any]) -> str:

@@ -13,9 +13,9 @@ nothing is sent (`stop-changed`).
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional
 
-from mu.errors import Human, NotFound, Permanent, Refused, UnknownOutcome, UsageError
+from mu.errors import Human, NotFound, Permanent, Refused, UnknownOutcome
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
 from mu.seams import effects
@@ -34,31 +34,14 @@ def provider_client(plugin: str, needed=frozenset({"host"})) -> PluginClient:
 
 
 def _schema_check(method: str):
-    def check(result: Any) -> str:
-        from mu.schema import SchemaViolation, validate_result
+    from mu.schema import result_problem
 
-        try:
-            validate_result(method, result)
-        except SchemaViolation as e:
-            return str(e)
-        return ""
-
-    return check
+    return lambda result: result_problem(method, result)
 
 
 class AcquireOutcome(NamedTuple):
     host: ProviderHost
     resolved: str  # "" for a fresh acquire, else how an earlier one resolved
-
-
-def parse_params(pairs: list) -> Dict[str, str]:
-    params: Dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--param {pair!r} is not <key>=<value>")
-        params[key] = value
-    return params
 
 
 def acquire(name: Optional[str], provider: str, params: Dict[str, str]) -> AcquireOutcome:

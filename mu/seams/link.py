@@ -191,13 +191,9 @@ def check_template(template: str) -> str:
 
 
 def _check(method: str, result: Any) -> str:
-    from mu.schema import SchemaViolation, validate_result
+    from mu.schema import result_problem
 
-    try:
-        validate_result(method, result)
-    except SchemaViolation as e:
-        return str(e)
-    return ""
+    return result_problem(method, result)
 
 
 def _git_path(repo: str, name: str) -> str:
