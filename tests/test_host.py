@@ -393,3 +393,73 @@ def test_check_warn_passes_and_handback_ends_the_check(provider):
     assert "fake:after" not in out.stdout and "mu:exec" not in out.stdout  # the steps after it are skipped
     human = run_mu("host", "check", "box", "--phase", "template", env={"FAKE_ON_LINK_CHECKSTEPS": "error:human"})
     assert human.returncode == 5 and "call the operator" in human.stderr
+
+
+def link_seams(**overrides):
+    link = dict(PROVIDER_SEAMS["link"], checks=[])
+    link.update(overrides)
+    return {"link": link}
+
+
+TIMED_OUT = json.dumps({"exitCode": None, "stdout": "", "stderr": "", "partial": False})
+
+
+def test_remote_on_timeout_stopping_waits_the_grace_out(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(link_seams(remoteOnTimeout="stopping")))
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    run_mu("host", "add", "box", "--plugin", "fake")
+    started = time.monotonic()
+    out = run_mu("host", "exec", "box", "--timeout", "100", "--", "sleep 9", env={"FAKE_RESULT_LINK_EXEC": TIMED_OUT})
+    assert out.returncode == 124 and "stopped" in out.stderr
+    assert time.monotonic() - started >= 5  # one grace, holding the slot
+
+
+def test_remote_on_timeout_unknown_says_the_script_may_still_run(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(link_seams(remoteOnTimeout="unknown")))
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    run_mu("host", "add", "box", "--plugin", "fake")
+    out = run_mu("host", "exec", "box", "--timeout", "100", "--", "sleep 9", env={"FAKE_RESULT_LINK_EXEC": TIMED_OUT})
+    assert out.returncode == 124 and "may still be running" in out.stderr
+
+
+def test_fetch_deletes_a_stale_fetch_head_first(fake, monkeypatch, tmp_path):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(link_seams()))
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    run_mu("host", "add", "box", "--plugin", "fake")
+    repo = tmp_path / "repo"
+    rev = make_repo(repo)
+    (repo / ".git" / "FETCH_HEAD").write_text(f"{rev}\t\tbranch 'stale' of elsewhere\n")
+    # the plugin says it fetched, but wrote no FETCH_HEAD
+    monkeypatch.setenv("FAKE_RESULT_LINK_FETCH", json.dumps({"exitCode": 0, "stdout": "", "stderr": "", "partial": False}))
+    from mu.errors import Permanent
+    from mu.seams.link import Link
+
+    link = Link.named("box")
+    try:
+        with pytest.raises(Permanent, match="left no FETCH_HEAD"):
+            link.fetch("work", str(repo))
+    finally:
+        link.client.stop()
+    assert not (repo / ".git" / "FETCH_HEAD").exists()
+
+
+def test_push_is_not_trusted_without_mus_own_rev_parse(fake, monkeypatch, tmp_path):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(link_seams(push=True)))
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    run_mu("host", "add", "box", "--plugin", "fake")
+    repo = tmp_path / "repo"
+    rev = make_repo(repo)
+    monkeypatch.setenv("FAKE_RESULT_LINK_PUSH", json.dumps({"exitCode": 0, "stdout": "", "stderr": "", "partial": False}))
+    from mu.errors import Permanent
+    from mu.seams.link import Link
+
+    link = Link.named("box")
+    try:
+        with pytest.raises(Permanent, match="does not hold"):
+            link.push(str(repo), "work", rev)  # the fake's exec echoes the script, never the rev
+    finally:
+        link.client.stop()
