@@ -15,7 +15,7 @@ import os
 import selectors
 import subprocess
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from harness import PLUGIN
 
@@ -174,3 +174,23 @@ def mu_client(recorded: Optional[Dict[str, Any]] = None) -> Any:
     from mu.runtime.client import PluginClient
 
     return PluginClient("bench", [PLUGIN], recorded=recorded)
+
+
+def started_mu(timeout_s: float) -> Tuple[Any, Callable[[], Any]]:
+    """A started `PluginClient` (recorded handshake, as every verb but
+    `plugin add` runs it) and a function that sends one `bench.echo`
+    straight through its `PluginProcess.request`."""
+    from mu.runtime.deadline import Deadline
+
+    client = mu_client(recorded=bench_handshake())
+    client.started()
+    process = client.process
+    assert process is not None
+
+    def request() -> Any:
+        params = dict(ECHO_PARAMS)
+        deadline = Deadline.after(timeout_s)
+        params["deadline"] = deadline.epoch_ms
+        return process.request("bench.echo", params, deadline)
+
+    return client, request

@@ -30,8 +30,7 @@ from clients import (
     RawPipe,
     ReaderThreadClient,
     SameThreadClient,
-    bench_handshake,
-    mu_client,
+    started_mu,
 )
 from harness import PLUGIN, Row
 
@@ -50,7 +49,6 @@ def samples(call: Callable[[], object], count: int) -> List[float]:
 
 def body(opts: harness.Options) -> None:
     harness.private_state()
-    from mu.runtime.deadline import Deadline
 
     rounds, per_round, warm = (3, 200, 200) if opts.quick else (20, 250, 1000)
     floor = RawPipe()
@@ -58,16 +56,7 @@ def body(opts: harness.Options) -> None:
     lsp = LspClient()
     same = SameThreadClient()
     threaded = ReaderThreadClient()
-    client = mu_client(recorded=bench_handshake())
-    client.started()
-    process = client.process
-    assert process is not None
-
-    def request() -> object:
-        params = dict(ECHO_PARAMS)
-        deadline = Deadline.after(10)
-        params["deadline"] = deadline.epoch_ms
-        return process.request("bench.echo", params, deadline)
+    client, request = started_mu(10)
 
     sides = {
         "floor": lambda: samples(floor.roundtrip, per_round),

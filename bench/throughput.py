@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 import harness
-from clients import ECHO_PARAMS, LspClient, RawPipe, ReaderThreadClient, bench_handshake, mu_client
+from clients import ECHO_PARAMS, LspClient, RawPipe, ReaderThreadClient, started_mu
 from harness import PLUGIN, Row
 
 IN_FLIGHT = 64
@@ -63,23 +63,13 @@ def pipelined_rate(pipe: RawPipe, batches: int) -> float:
 
 def body(opts: harness.Options) -> None:
     harness.private_state()
-    from mu.runtime.deadline import Deadline
 
     rounds, per_thread = (2, 10) if opts.quick else (6, 40)
     floor = RawPipe()
     json_floor = RawPipe([PLUGIN])
     lsp = LspClient()
     threaded = ReaderThreadClient()
-    client = mu_client(recorded=bench_handshake())
-    client.started()
-    process = client.process
-    assert process is not None
-
-    def request() -> object:
-        params = dict(ECHO_PARAMS)
-        deadline = Deadline.after(30)
-        params["deadline"] = deadline.epoch_ms
-        return process.request("bench.echo", params, deadline)
+    client, request = started_mu(30)
 
     sides = {
         "floor": lambda: pipelined_rate(floor, per_thread),
