@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any, Dict
 
-from mu.contract.registry import Fail, Skip, check
+from mu.contract.registry import Fail, Skip, check, same_json
 from mu.contract.session import DEFAULT_HOST
 
 EFFECT_TIMEOUT_S = 60.0  # an acquire may boot a machine
@@ -59,10 +59,6 @@ def _caps(session) -> Dict[str, Any]:
     return session.seams["host"]["acquire"]
 
 
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
 @check("host.acquire", section="The host", stage="seams", needs=["host"],
        summary="host.acquire, with the --param map, answers a result that validates")
 def acquire(session) -> str:
@@ -80,11 +76,11 @@ def acquire_dedupe(session) -> str:
     again = session.call("host.acquire", host["params"], timeout_s=EFFECT_TIMEOUT_S)
     if (time.monotonic() - host["at"]) * 1000 > dedupe["windowMs"]:
         raise Skip(f"the resend came after the {dedupe['windowMs']} ms window")
-    if not _same(again, host["result"]):
+    if not same_json(again, host["result"]):
         raise Fail("the first acquire's result again", f"{json.dumps(again, sort_keys=True)[:200]}")
     if _caps(session).get("lookup"):
         found = session.call("host.lookup", {"key": host["key"], "fence": False})
-        if not _same(found.get("found"), host["result"]):
+        if not same_json(found.get("found"), host["result"]):
             raise Fail("the lookup to show the one host", json.dumps(found, sort_keys=True)[:200])
     return ""
 

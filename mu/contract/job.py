@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any, Dict
 
-from mu.contract.registry import Fail, Skip, check
+from mu.contract.registry import Fail, Skip, check, same_json
 
 EFFECT_TIMEOUT_S = 60.0
 REPEATS = 3
@@ -83,10 +83,6 @@ def started(session) -> Dict[str, Any]:
     return job
 
 
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
 @check("job.start", section="The job", stage="seams", needs=["job"],
        summary="job.start answers a result that validates, with the handle its kind promises")
 def start(session) -> str:
@@ -105,7 +101,7 @@ def start_dedupe(session) -> str:
     again = session.call("job.start", job["params"], timeout_s=EFFECT_TIMEOUT_S)
     if (time.monotonic() - job["at"]) * 1000 > dedupe["windowMs"]:
         raise Skip(f"the resend came after the {dedupe['windowMs']} ms window")
-    if not _same(again, job["result"]):
+    if not same_json(again, job["result"]):
         raise Fail("the first start's result again", json.dumps(again, sort_keys=True)[:200])
     return ""
 

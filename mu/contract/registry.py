@@ -22,8 +22,9 @@ it, releasing what the suite made, and the verdicts over the whole run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional
 
 #: load: trust and the handshake; a failure here means the plugin cannot
 #: be loaded (exit 4).  wire: requests on the raw pipes.  seams: each
@@ -121,3 +122,8 @@ def _load_modules() -> None:
 
     for module in MODULES:
         importlib.import_module(f"mu.contract.{module}")
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Two answers are the same JSON: `==` would take `1` for `true`."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
