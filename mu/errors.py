@@ -6,9 +6,12 @@ A caller may rely on `exit_code` being the code DESIGN.md documents:
     0  done
     1  an effect's or a delivery's outcome is unknown
     2  bad usage or bad input, or a refusal before any plugin call
+    3  mu's own state cannot be used: the state folder or database is
+       missing its kind, unreadable, read-only, damaged, or busy past the wait
     4  the plugin is refused: trust checks or load rules
     5  a plugin call failed definitely
     7  `mu wait` fired an urgent `deadline` event
+  124  a timeout the user set ran out (`mu host exec --timeout`, `mu wait --timeout`)
    70  mu itself failed: a bug, reported with its traceback
 
 `message` is one line; `hint`, when present, is one line of remedy.  They
@@ -22,9 +25,11 @@ from typing import Optional
 EXIT_OK = 0
 EXIT_UNKNOWN = 1
 EXIT_USAGE = 2
+EXIT_STATE = 3
 EXIT_REFUSED_PLUGIN = 4
 EXIT_CALL_FAILED = 5
 EXIT_DEADLINE = 7
+EXIT_TIMED_OUT = 124
 EXIT_INTERNAL = 70
 
 
@@ -60,6 +65,23 @@ class NotFound(MuError):
 class Refused(MuError):
     """mu will not do it, and has called no plugin: `rm` of a plugin in use,
     another argv for a registered name, an effect through `plugin call`."""
+
+
+# -- 3: mu's own state cannot be used ---------------------------------------------
+
+
+class StateError(MuError):
+    """The state folder, the database or the locks folder cannot be used:
+    the message names the path and what is wrong with it.  Raised before
+    anything is written, so nothing is half-done."""
+
+    exit_code = EXIT_STATE
+
+
+class DatabaseBusy(StateError):
+    """Another process held the database's write lock past the busy
+    timeout.  Nothing was written by this attempt; trying again later may
+    succeed."""
 
 
 # -- 4: the plugin is refused ---------------------------------------------------

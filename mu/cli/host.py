@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
-from mu.errors import EXIT_CALL_FAILED, Human, UsageError
+from mu.errors import EXIT_CALL_FAILED, EXIT_TIMED_OUT, Human, UsageError
 from mu.runtime import trust
 from mu.seams import host as host_seam
 from mu.seams.link import Link, check_template
@@ -39,7 +39,6 @@ from mu.store.hosts import Profile, ProviderHost
 from mu.store.journal import journal
 
 PHASES = ("template", "reach", "agent")
-EXIT_TIMED_OUT = 124  # `mu host exec`: the script ran out its timeout (as timeout(1))
 
 
 def run(args: Dict[str, Any]) -> int:
