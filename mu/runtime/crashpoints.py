@@ -4,13 +4,16 @@ point, so tests can show that what survives a crash is resolved.
 `MU_CRASH_AT=<point>` SIGKILLs mu there (the crash that runs no cleanup at
 all); `MU_CRASH_AT=<point>:raise` raises an exception nobody handles there
 (the crash that mu's last-resort handler still sees, which kills every
-plugin group at once).  Unset, a point costs one dictionary lookup.
+plugin group at once); `MU_CRASH_AT=<point>:SIGTERM` (or any signal's name)
+makes mu send itself that signal there, to land a signal in a window too
+narrow to hit from outside.  Unset, a point costs one dictionary lookup.
 
 A point may be narrowed to one subject with `@`: `request-written@fake.sleep`
 crashes only once that method's request is written.
 
 Points: `request-written` (a plugin request is on the wire, its reply not
-yet read; the subject is the method).
+yet read; the subject is the method); `plugin-forked` (a plugin's process
+exists, mu does not track it yet; the subject is the plugin's name).
 """
 
 from __future__ import annotations
@@ -33,4 +36,7 @@ def reach(point: str, subject: str = "") -> None:
         return
     if how == "raise":
         raise InjectedCrash(f"crash injected at {point}")
+    if how.startswith("SIG"):
+        os.kill(os.getpid(), signal.Signals[how])
+        return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -101,6 +101,7 @@ class PluginProcess:
         self._reap_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._stopped = threading.Event()
+        self._grace: Optional[Deadline] = None  # set once the stop sequence has begun
         self._leader_exited = False
         self._watcher: Optional[threading.Thread] = None
         self._wake_r = self._wake_w = -1
@@ -115,11 +116,21 @@ class PluginProcess:
 
     def start(self) -> None:
         """Start the process in its own group; raises `Unanswered` when it
-        cannot be executed, `Cancelled` once mu is terminating."""
+        cannot be executed, `Cancelled` once mu is terminating.  A signal
+        that lands during the start raises `Terminating` only once the
+        process is adopted, so `finish()` always stops it."""
         if supervisor.terminating:
             # protocol "Process": after the first signal no plugin starts
             raise Cancelled(f"plugin {self.name} not started: mu is terminating")
         groups.become_subreaper()
+        # From the fork until the process is adopted and fully set up, a
+        # signal must not unwind the main thread: a child forked but not yet
+        # tracked would never be stopped.  The shield raises `Terminating`
+        # once the process is one that `finish()` stops.
+        with supervisor.shield():
+            self._spawn()
+
+    def _spawn(self) -> None:
         try:
             self._popen = subprocess.Popen(
                 self.argv,
@@ -135,9 +146,21 @@ class PluginProcess:
             self.journal.record(f"start failed: {e.strerror}", plugin=self.name)
             raise Unanswered(f"plugin {self.name} cannot be started: {e.strerror}") from None
         self.pid = self.pgid = self._popen.pid
+        crashpoints.reach("plugin-forked", self.name)
         with self._state_lock:
             self.state = RUNNING
-        supervisor.adopt(self)
+        if not supervisor.adopt(self):
+            # Started on another thread just after mu stopped every plugin:
+            # nobody would stop it, so it ends now (the leader is unreaped,
+            # so its group id is still ours to signal).
+            groups.kill_group(self.pgid)
+            self._popen.wait()
+            for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+                if stream is not None:
+                    stream.close()
+            with self._state_lock:
+                self.state = EXITED
+            raise Cancelled(f"plugin {self.name} not started: mu is terminating")
         os.set_blocking(self._popen.stdin.fileno(), False)
         self._wake_r, self._wake_w = os.pipe()
         self.journal.record(
@@ -472,25 +495,32 @@ class PluginProcess:
         """The one stop sequence (protocol "Process"): `$/cancel` each pending
         call, `shutdown`, close stdin, wait at most 5 s for the group to
         empty, kill the group.  Idempotent; a second caller waits for the
-        first to finish."""
-        with self._stop_lock:
+        first to finish.  On the main thread a signal does not tear it (it
+        is shielded: `Terminating` comes once it is done), and a sequence
+        torn all the same is resumed, never begun again: its messages are
+        not sent twice and its grace is the one it began with."""
+        with supervisor.shield(), self._stop_lock:
             with self._state_lock:
                 if self.state in (NEW, EXITED):
                     return
                 self.state = STOPPING
-            grace = Deadline.after(GRACE_S)
-            self.journal.record(f"stop: {reason}", plugin=self.name, pid=self.pid)
-            if not self._leader_exited:
-                for call in self.endpoint.pending():
-                    if call.written:
-                        self._send_quietly(envelope.notification("$/cancel", {"id": call.id}), grace)
-                        self.journal.record(f"$/cancel {call.method} id={call.id}", plugin=self.name, pid=self.pid)
-                shutdown = self.endpoint.open_call("shutdown")
-                self._send_quietly(envelope.request(shutdown.id, "shutdown", {}), grace)
+            if self._grace is None:
+                self._grace = Deadline.after(GRACE_S)
+                self._begin_stop(reason, self._grace)
             self.endpoint.fail_all(Unanswered(f"plugin {self.name} was stopped ({reason}) before it answered"))
             self._close_stdin()
-            self._wait_out(grace)
+            self._wait_out(self._grace)
             self._finish()
+
+    def _begin_stop(self, reason: str, grace: Deadline) -> None:
+        self.journal.record(f"stop: {reason}", plugin=self.name, pid=self.pid)
+        if not self._leader_exited:
+            for call in self.endpoint.pending():
+                if call.written:
+                    self._send_quietly(envelope.notification("$/cancel", {"id": call.id}), grace)
+                    self.journal.record(f"$/cancel {call.method} id={call.id}", plugin=self.name, pid=self.pid)
+            shutdown = self.endpoint.open_call("shutdown")
+            self._send_quietly(envelope.request(shutdown.id, "shutdown", {}), grace)
 
     def _send_quietly(self, message: Dict[str, Any], deadline: Deadline) -> None:
         try:
@@ -504,8 +534,10 @@ class PluginProcess:
         if not self._write_lock.acquire(timeout=deadline.remaining()):
             raise Cancelled("stdin busy")
         try:
-            assert self._popen is not None and self._popen.stdin is not None
-            fd, view, written = self._popen.stdin.fileno(), memoryview(data), 0
+            stdin = self._popen.stdin if self._popen is not None else None
+            if stdin is None or stdin.closed:
+                raise Unanswered("stdin closed")  # a resumed stop has nothing left to say
+            fd, view, written = stdin.fileno(), memoryview(data), 0
             while written < len(data) and not deadline.expired:
                 try:
                     written += os.write(fd, view[written:])

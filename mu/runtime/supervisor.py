@@ -9,6 +9,16 @@ stop sequence on every plugin at once (so the whole group-wide stop is
 bounded by one grace, not one per plugin) and, once every group is empty,
 raises the signal again with its default action, so the shell sees 128+N.
 
+Shielded steps.  Two steps on the main thread must not be torn by
+`Terminating`: a stop sequence in progress (torn, it leaves stdin closed and
+the grace half-spent, and a second stop would start over on a dead pipe),
+and a plugin's start from the fork to its adoption (torn there, nobody
+tracks the child, so no stop ever reaches it).  Inside `shield()` the
+handler only records the signal; the shield raises `Terminating` once the
+step is whole, so the verb still unwinds, with every child adopted.  This
+is done in Python rather than with a blocked signal mask, because a blocked
+mask would be inherited by the plugin across fork and exec.
+
 A crash of mu (an exception nobody handles) cannot wait: `crash()` kills
 every group at once.  A SIGKILL of mu leaves each plugin to see stdin EOF,
 which obliges it to exit within 5 s; no pipe of one plugin leaks into
@@ -40,17 +50,27 @@ class Supervisor:
         self.signum: Optional[int] = None
         self._installed = False
         self._finishing = False
+        self._closed = False  # terminating and the final stop done: nothing is adopted after it
         self._hooked = False
+        self._shield_depth = 0  # main thread only: how many shields it is inside
+        self._deferred = False  # a first signal came while shielded
 
     # -- the registry ----------------------------------------------------------
 
-    def adopt(self, process: "PluginProcess") -> None:
+    def adopt(self, process: "PluginProcess") -> bool:
+        """Track `process` until it is released.  False once mu is
+        terminating and `finish()` has stopped every plugin (a start racing
+        it on another thread): the caller must then kill what it started,
+        since nobody else will."""
         with self._lock:
+            if self._closed:
+                return False
             self._running.append(process)
             first = not self._hooked
             self._hooked = True
         if first:
             self._hook_exits()
+        return True
 
     def _hook_exits(self) -> None:
         """For mu embedded as a library as much as for `bin/mu`: a normal
@@ -93,8 +113,21 @@ class Supervisor:
         # at this very bytecode.  `finish()` journals the signal.
         self.terminating = True
         self.signum = signum
-        if not self._finishing:
-            raise Terminating(signum)
+        if self._finishing:
+            return  # finish() is already stopping everything and re-raises
+        if self._shield_depth > 0:
+            self._deferred = True  # the shield raises once its step is whole
+            return
+        raise Terminating(signum)
+
+    def shield(self, raise_deferred: bool = True) -> "_Shield":
+        """A context in which the main thread is not torn by `Terminating`
+        (see "Shielded steps").  A first signal that lands inside it is
+        recorded; leaving the outermost shield normally then raises
+        `Terminating` (unless `raise_deferred` is false, or `finish()` has
+        begun).  On any other thread it does nothing: only the main thread
+        runs the handler."""
+        return _Shield(self, raise_deferred)
 
     # -- ending ----------------------------------------------------------------
 
@@ -123,27 +156,78 @@ class Supervisor:
         if self.signum is not None:
             journal().record(f"signal {signal.Signals(self.signum).name}: terminating")
         try:
-            self.stop_all("mu is terminating" if self.terminating else "mu is done")
+            self._stop_everything()
         finally:
             try:
                 journal().flush()
             except Exception:
                 pass
+        # protocol "Process": only now, every group empty, is the signal raised again
         if self.signum is not None:
             signum, self.signum = self.signum, None
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
+    def _stop_everything(self) -> None:
+        """Stop every plugin, including one another thread adopted while the
+        others were stopping, and close adoption once none is left.  A
+        stop that fails leaves its group to be killed at once, so no group
+        outlives this call."""
+        try:
+            for _ in range(3):
+                if not self.running():
+                    break
+                self.stop_all("mu is terminating" if self.terminating else "mu is done")
+        finally:
+            with self._lock:
+                # Terminating: a start racing this on another thread is
+                # refused from now on.  A normal end leaves mu usable (as a
+                # library, finish() may run more than once).
+                self._closed = self.terminating
+                left = list(self._running)
+            for process in left:
+                process.kill_now("its stop did not finish")
+
     def crash(self) -> None:
         """An exit that cannot wait: kill every group at once."""
-        for process in self.running():
-            process.kill_now("mu crashed")
+        with self.shield(raise_deferred=False):  # finish() re-raises a signal
+            for process in self.running():
+                process.kill_now("mu crashed")
         try:
             from mu.store.journal import journal
 
             journal().flush()
         except Exception:
             pass
+
+
+class _Shield:
+    """`Supervisor.shield()`'s context manager.  Shields nest: only leaving
+    the outermost one raises the deferred signal."""
+
+    __slots__ = ("_supervisor", "_raise", "_main")
+
+    def __init__(self, owner: Supervisor, raise_deferred: bool) -> None:
+        self._supervisor = owner
+        self._raise = raise_deferred
+        self._main = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if self._main:
+            self._supervisor._shield_depth += 1
+
+    def __exit__(self, kind, value, tb) -> None:  # type: ignore[no-untyped-def]
+        if not self._main:
+            return
+        owner = self._supervisor
+        owner._shield_depth -= 1
+        if owner._shield_depth or not owner._deferred:
+            return
+        owner._deferred = False
+        # Raised only over a normal exit: an error already on its way out
+        # keeps its own exit code, and finish() still re-raises the signal.
+        if self._raise and kind is None and not owner._finishing and owner.signum is not None:
+            raise Terminating(owner.signum)
 
 
 supervisor = Supervisor()
