@@ -10,11 +10,21 @@ rest of the invocation) or mu is terminating (protocol "Process" and
 The handshake reply is checked against the declaration `mu plugin add`
 recorded.  A reply equal to the recorded one needs no schema validation,
 which keeps `jsonschema` off the path of every verb but `add`.
+
+A plugin that cannot start, dies, stays silent or writes a line that is not
+a message before it answers the handshake is refused (exit 4) with one line
+of what mu saw and a hint with the author's next step: the command that
+runs the plugin by hand, and `MU_TRACE` when it wrote something mu could
+not read.  The error shows at most stderr's first line (protocol
+"Transport"), which for a Python plugin that crashed is only
+"Traceback (most recent call last):"; the plugin's whole stderr is the
+author's to see by running it, never mu's to keep.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from typing import Any, Dict, FrozenSet, List, Optional
 
@@ -77,7 +87,7 @@ class PluginClient:
         try:
             process.start()
         except Unanswered as e:
-            raise LoadRuleError(str(e)) from None
+            raise LoadRuleError(str(e), debug_hint(self.argv)) from None
         try:
             result = self._handshake(process)
         except MuError as e:
@@ -95,7 +105,12 @@ class PluginClient:
         try:
             result = process.request("initialize", params, Deadline.after(READ_TIMEOUT_S))
         except Unanswered as e:
-            raise LoadRuleError(f"plugin {self.name} did not answer the handshake: {_after_name(str(e), self.name)}") from None
+            # protocol "Handshake": no result within 10 s, an exit, or an
+            # invalid line first.  Only stderr's first line is in `e`.
+            raise LoadRuleError(
+                f"plugin {self.name} did not answer the handshake: {_after_name(str(e), self.name)}",
+                debug_hint(self.argv, wrote_invalid_line=process.broken is not None),
+            ) from None
         except Cancelled:
             raise
         except MuError as e:
@@ -162,6 +177,30 @@ def _check_instance(name: str, result: Dict[str, Any]) -> None:
         raise LoadRuleError(f"plugin {name} sent an instance that is not 1 to 128 characters")
 
 
+def handshake_line() -> str:
+    """The `initialize` request mu sends, as one line an author can pipe
+    into the plugin to repeat the handshake by hand."""
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol": PROTOCOL_RANGE, "mu": mu.__version__}}
+    return json.dumps(request, separators=(",", ":"))
+
+
+def debug_hint(argv: List[str], *, wrote_invalid_line: bool = False) -> str:
+    """One line of remedy for a plugin that failed before its handshake
+    reply: the shell command that repeats the handshake with the registered
+    argv (so its whole stderr shows on the author's terminal), and, when it
+    wrote a line mu could not read, `MU_TRACE=<file>`, which records every
+    frame, that line included.  Names no environment value: only the argv,
+    which `mu plugin list` shows anyway."""
+    by_hand = f"echo {shlex.quote(handshake_line())} | {shlex.join(argv)}"
+    if wrote_invalid_line:
+        return f"rerun with MU_TRACE=<file> to see the lines it wrote, or run it by hand: {by_hand}"
+    return f"run it by hand to see all of its stderr: {by_hand}"
+
+
 def _after_name(text: str, name: str) -> str:
-    prefix = f"plugin {name}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    """`text` without its leading "plugin <name>", which the caller's own
+    message already says."""
+    for prefix, instead in ((f"plugin {name}: ", ""), (f"plugin {name} ", "it ")):
+        if text.startswith(prefix):
+            return instead + text[len(prefix):]
+    return text

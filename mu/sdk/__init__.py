@@ -37,6 +37,14 @@ The public API:
   timeout, a cancel and output limits, in the plugin's own group.
 - `DedupeWindow`, `LookupStore`: optional help for effects (exact dedupe
   and ``lookup``), see `mu.sdk.effects`.
+
+One module is imported by name rather than through this one: `mu.sdk.procs`
+(``from mu.sdk import procs``) finds and kills processes that outlive a
+call, such as a job's, by a token in their environment.
+
+docs/writing-plugins.md walks from an empty file to a plugin that passes
+`mu plugin test`, and lists every name above; tests/test_guide.py keeps
+that list equal to `__all__` (and to `procs`' public names).
 """
 
 from __future__ import annotations

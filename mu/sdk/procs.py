@@ -1,5 +1,13 @@
 """Find and kill the processes a plugin started, without leaving its group.
 
+`run_command` uses this for a call's own processes.  A plugin author uses it
+directly for what outlives a call: put ``TOKEN_VAR=<token>`` in the
+environment of what a job starts, keep the token with the job's record, and
+a later plugin process finds the job with `find_tree(None, token)` and
+stops it with `kill_tree(None, token)` (docs/writing-plugins.md, "Processes
+that outlive a call").  The public names are `TOKEN_VAR`, `KILL_WAIT_S`,
+`kill_tree`, `find_tree`, `group_members` and `processes`.
+
 A plugin may not move what it starts into another group or session
 (protocol "Process"), and killing its own group would kill the plugin.  So
 a run is found in the process table instead: by walking parent links from
