@@ -317,3 +317,157 @@ def test_a_call_that_hangs_is_cancelled_and_stopped_within_its_deadline(fake, tm
     assert out.returncode == 5 and "no answer to link.checkSteps" in out.stderr
     assert 10 <= took < 10 + 5 + 2  # reads take 10 s; then one grace at most
     assert '"$/cancel"' in log.read_text()
+
+
+# -- params the wire cannot carry (protocol "Transport": JSON, UTF-8) ---------------
+
+
+def journal_texts(*args):
+    out = run_mu("log", "--json", *args)
+    assert out.returncode == 0, out.stderr
+    return [e["text"] for e in json.loads(out.stdout)["entries"]]
+
+
+def started_plugins():
+    return [t for t in journal_texts() if t.startswith("start argv=")]
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ('{"a": NaN}', "NaN"),
+        ('{"a": Infinity}', "Infinity"),
+        ('{"a": [-Infinity]}', "-Infinity"),
+        ('{"a": 1e999}', "1e999"),
+        ('{"a": -1e999}', "-1e999"),
+        ('{"a": "\\ud800"}', "surrogate"),
+        ('{"\\udfff": 1}', "surrogate"),
+        ('{"a": {"b": ["x", "y\\udc00z"]}}', "surrogate"),
+    ],
+)
+def test_call_refuses_params_the_wire_cannot_carry(fake, tmp_path, params, words):
+    log = tmp_path / "fake.log"
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    before = started_plugins()
+    out = run_mu("plugin", "call", "fake", "fake.echo", params, env={"FAKE_LOG": str(log)})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("mu: ") and len(out.stderr.splitlines()) == 1
+    assert words in out.stderr and "Traceback" not in out.stderr
+    assert not log.exists()  # the plugin never ran
+    assert started_plugins() == before
+
+
+def test_call_refuses_command_line_text_that_is_not_utf8(fake, tmp_path):
+    log = tmp_path / "fake.log"
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    not_utf8 = os.fsdecode(b"box\xff")  # the byte reaches mu as a lone surrogate
+    for args in (("fake.echo", "--host", not_utf8), (os.fsdecode(b"fake.\xff"),), ("fake.echo", '{"a": "%s"}' % not_utf8)):
+        out = run_mu("plugin", "call", "fake", *args, env={"FAKE_LOG": str(log)})
+        assert out.returncode == 2, (args, out.stderr)
+        assert "not valid UTF-8" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert not log.exists()
+
+
+def test_call_still_sends_finite_numbers_and_any_unicode(fake):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    out = run_mu("plugin", "call", "fake", "fake.echo", '{"a": 1e308, "b": -0.5, "c": "\\ud83d\\ude00 é"}')
+    assert out.returncode == 0, out.stderr
+    echoed = json.loads(out.stdout)
+    assert echoed["a"] == 1e308 and echoed["b"] == -0.5 and echoed["c"] == "\U0001f600 é"
+
+
+# -- --host: a host mu knows goes as recorded ------------------------------------------
+
+
+PROVIDER_SEAMS = {
+    "link": {"fetch": True, "push": False, "slots": "self", "remoteOnTimeout": "stopped",
+             "quiescence": "provable", "maxScriptBytes": 4096, "checks": []},
+    "job": {"kind": "fake", "view": "bound", "handle": "file", "start": {"lookup": True, "fenceKey": True},
+            "checks": []},
+    "host": {"acquire": {"lookup": True, "fenceKey": True}},
+}
+
+
+@pytest.fixture
+def provider(fake, monkeypatch):
+    """The fake as a provider, with one host `box` acquired (handle h-1)."""
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps(PROVIDER_SEAMS))
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    acquired = run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": '{"handle": "h-1"}'})
+    assert acquired.returncode == 0, acquired.stderr
+    return fake
+
+
+def test_call_with_an_acquired_host_sends_its_handle_and_instance(provider):
+    out = run_mu("plugin", "call", "fake", "fake.echo", "--host", "box")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["target"] == {"host": {"name": "box", "instance": "fake-1", "handle": "h-1"}}
+    # a name mu has no record of is sent bare, for poking at anything
+    bare = run_mu("plugin", "call", "fake", "fake.echo", "--host", "elsewhere")
+    assert json.loads(bare.stdout)["target"] == {"host": {"name": "elsewhere"}}
+    # a target in <params-json> is left as it is
+    given = run_mu("plugin", "call", "fake", "fake.echo", '{"target": {"host": {"name": "x"}}}', "--host", "box")
+    assert json.loads(given.stdout)["target"] == {"host": {"name": "x"}}
+
+
+def test_call_with_an_acquired_host_under_another_instance_sends_nothing(provider, tmp_path):
+    log = tmp_path / "fake.log"
+    out = run_mu("plugin", "call", "fake", "fake.echo", "--host", "box",
+                 env={"FAKE_INSTANCE": "other", "FAKE_LOG": str(log)})
+    assert out.returncode == 2 and "stop-changed" in out.stderr
+    assert [m["method"] for m in received(log) if "method" in m] in (["initialize"], ["initialize", "shutdown"])
+
+
+def test_call_with_a_host_of_another_plugin_is_refused_before_it_starts(provider, plugin_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("FAKE_SEAMS")
+    other = fake_as(plugin_dir, "other")
+    assert run_mu("plugin", "add", "other", "--", str(other)).returncode == 0
+    log = tmp_path / "fake.log"
+    out = run_mu("plugin", "call", "other", "fake.echo", "--host", "box", env={"FAKE_LOG": str(log)})
+    assert out.returncode == 2 and "plugin 'fake'" in out.stderr
+    assert not log.exists()
+
+
+def test_call_with_a_profile_sends_its_name(fake):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    assert run_mu("host", "add", "dev", "--plugin", "fake").returncode == 0
+    out = run_mu("plugin", "call", "fake", "fake.echo", "--host", "dev")
+    assert json.loads(out.stdout)["target"] == {"host": {"name": "dev"}}
+
+
+def test_the_page_gives_one_default_for_host():
+    page = (MU.parent.parent / "man" / "mu-plugin.1").read_text()
+    assert "empty string" not in page
+    assert "Without it the name is\n.BR default" in page
+    assert "Without\n.BR \\-\\-host ,\n.I <h>\nis\n.BR default" in page
+    from mu.cli.plugin import DEFAULT_HOST
+
+    assert DEFAULT_HOST == "default"
+
+
+# -- test: options before --, the plugin's argv after it ------------------------------
+
+
+def test_test_usage_puts_its_options_before_the_double_dash(isolated):
+    usage = run_mu("help", "plugin").stdout
+    line = next(x for x in usage.splitlines() if x.strip().startswith("mu plugin test"))
+    words = line.split()
+    assert words.index("--") > max(words.index(w) for w in ("[--json]", "[--only", "[--param"))
+
+
+def test_test_honours_only_before_the_double_dash(fake):
+    out = run_mu("plugin", "test", "--only", "cancel", "--", str(fake))
+    checks = [line.split()[1] for line in out.stdout.splitlines()[1:-1]]
+    assert "cancel" in checks and "link.exec" not in checks, out.stdout
+
+
+def test_test_hands_everything_after_the_double_dash_to_the_plugin(plugin_dir):
+    # a plugin that fails the trust checks at once: only the argv matters here
+    missing = plugin_dir / "mu-plugin-gone"
+    out = run_mu("plugin", "test", "--", str(missing), "--only", "cancel", "--json")
+    assert out.returncode == 4
+    assert out.stdout.splitlines()[0] == f"mu plugin test gone: {missing} --only cancel --json"
+    # the same options before -- are mu's: one JSON document
+    out = run_mu("plugin", "test", "--json", "--only", "cancel", "--", str(missing))
+    assert out.returncode == 4
+    assert json.loads(out.stdout)

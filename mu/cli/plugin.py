@@ -1,31 +1,37 @@
 """
 Usage:
-  mu plugin add <name> -- <argv>...
+  mu plugin add <name> [--force] -- <argv>...
   mu plugin list [--json]
   mu plugin show <name> [--json]
   mu plugin call <name> <method> [<params-json>] [--host <h>]
   mu plugin rm <name>
-  mu plugin test (<name> | -- <argv>...) [--json] [--only <check>]... [--param <key=value>]...
+  mu plugin test [--json] [--only <check>]... [--param <key=value>]... (<name> | -- <argv>...)
 
 Options:
+  --force                Record a new declaration even if it strands a record that uses the plugin.
   --json                 Print one JSON document on stdout and nothing else there.
-  --host <h>             The host the call's target names.
+  --host <h>             The host the call's target names; a host mu knows goes as recorded.
   --only <check>         Run only this check, or this group of checks.
   --param <key=value>    A param for the host the test acquires; host=<name> names a link's host.
+
+Options of `test` come before `--`: everything after it is the plugin's argv.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, table
-from mu.errors import CallError, Refused, UnknownOutcome, UsageError
+from mu.errors import CallError, LoadRuleError, Refused, UnknownOutcome, UsageError
 from mu.runtime import trust
-from mu.store import plugins
+from mu.seams import consumers
+from mu.store import hosts, plugins
+from mu.store.hosts import Host, ProviderHost
 from mu.store.journal import journal
 
 # Methods that `plugin call` never sends: mu's own, the effects (which must
@@ -33,6 +39,7 @@ from mu.store.journal import journal
 _MU_OWN = frozenset({"initialize", "shutdown", "$/cancel"})
 _LINK_ACTS = frozenset({"link.exec", "link.fetch", "link.push"})
 # The host a call's target names without --host: the schema wants a name.
+# It is sent bare, never looked up among mu's hosts.
 DEFAULT_HOST = "default"
 
 # protocol "Registration and trust": the executable is mu-plugin-<name>
@@ -41,7 +48,7 @@ PLUGIN_PREFIX = "mu-plugin-"
 
 def run(args: Dict[str, Any]) -> int:
     if args["add"]:
-        return add(args["<name>"], args["<argv>"])
+        return add(args["<name>"], args["<argv>"], args["--force"])
     if args["list"]:
         return list_(args["--json"])
     if args["show"]:
@@ -55,7 +62,10 @@ def run(args: Dict[str, Any]) -> int:
     raise UsageError("no such `mu plugin` verb")
 
 
-def add(name: str, argv: list) -> int:
+def add(name: str, argv: list, force: bool = False) -> int:
+    """Register `name`, or record its new declaration.  A new declaration
+    that would strand a record using the plugin is refused (exit 4) unless
+    `force`; forced, each stranded record is journaled."""
     trust.check_name(name)
     plugins.check_argv(name, argv)  # refused before anything runs
     trust.check_executable(name, argv[0])
@@ -64,9 +74,27 @@ def add(name: str, argv: list) -> int:
     client = PluginClient(name, argv)
     handshake = client.started()
     client.stop("registered")
-    record = plugins.register(name, argv, handshake)
+    stranded: List[consumers.Stranded] = []
+
+    def check(conn: sqlite3.Connection, recorded: Dict[str, Any]) -> None:
+        # DESIGN "What mu takes from the redesign": interface checks at
+        # activation; protocol "Load rules": a seam a host needs is missing
+        stranded.extend(consumers.stranded(conn, name, recorded, handshake))
+        if stranded and not force:
+            many = len(stranded)
+            raise LoadRuleError(
+                f"plugin {name}'s new declaration would strand {many} record{'s' if many > 1 else ''} that"
+                f" use{'' if many > 1 else 's'} it: {consumers.summary(stranded)}",
+                "keep what they need, or release or remove them first; `mu plugin add --force` records it anyway",
+            )
+
+    record = plugins.register(name, argv, handshake, check=check)
     journal().record(f"plugin add {name}: seams {','.join(sorted(record.seams))}", plugin=name)
+    for each in stranded:
+        journal().record(f"plugin add {name} --force: stranded {each.text()}", plugin=name)
     emit(f"registered plugin {name}: {_seams_text(record.seams)}, instance {handshake['instance']}")
+    if stranded:
+        emit(f"forced: {len(stranded)} record(s) stranded (`mu log --plugin {name}` names each)")
     return 0
 
 
@@ -99,7 +127,10 @@ def show(name: str, as_json: bool) -> int:
     return 0
 
 
-def call(name: str, method: str, params_json: Any, host: Any) -> int:
+def call(name: str, method: str, params_json: Optional[str], host: Optional[str]) -> int:
+    """One read call, for plugin authors.  Everything that can be refused
+    is refused before the plugin starts: mu's own messages, effects, the
+    link's acts, params that are not wire JSON, a host of another plugin."""
     from mu.schema import EFFECT_METHODS
 
     if method in EFFECT_METHODS:
@@ -108,20 +139,24 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
         raise Refused(f"{method} acts on a host: `mu plugin call` sends only reads", "use `mu host exec`")
     if method in _MU_OWN:
         raise Refused(f"{method} is mu's own message, not a call")
-    params: Dict[str, Any] = {}
-    if params_json is not None:
-        try:
-            params = json.loads(params_json)
-        except ValueError as e:
-            raise UsageError(f"<params-json> is not JSON: {e}") from None
-        if not isinstance(params, dict):
-            raise UsageError("<params-json> must be a JSON object")
-    params.setdefault("target", {"host": {"name": host or DEFAULT_HOST}})
+    params = _wire_params(params_json)
+    _refuse_non_utf8("<params-json>", params)
+    _refuse_non_utf8("<method>", method)
+    _refuse_non_utf8("--host", host)
     record = plugins.get(name)
+    known: Optional[Host] = None
+    if "target" not in params:
+        params["target"], known = _target(name, host)
     from mu.runtime.client import PluginClient
 
     client = PluginClient(name, record.argv, recorded=record.handshake)
     try:
+        if isinstance(known, ProviderHost):
+            # protocol "Effects and replay": a call that names a recorded
+            # host goes only to the instance it was recorded under
+            from mu.seams.host import require_instance
+
+            require_instance(client, known)
         result = client.call(method, params)
     except UnknownOutcome as e:
         # a read has no outcome to resolve: its failure is definite
@@ -132,6 +167,79 @@ def call(name: str, method: str, params_json: Any, host: Any) -> int:
         error(f"the result of {method} does not match the protocol's schema: {problem}")
         return CallError.exit_code
     return 0
+
+
+def _target(name: str, host: Optional[str]) -> Tuple[Dict[str, Any], Optional[Host]]:
+    """The call's target: a host mu knows as mu recorded it (a provider
+    host with its handle and instance, protocol "The host"); any other name
+    bare, so a plugin author can point a call at anything."""
+    if host is None:
+        return {"host": {"name": DEFAULT_HOST}}, None
+    known = hosts.find(host)
+    if known is None:
+        return {"host": {"name": host}}, None
+    if known.plugin != name:
+        raise Refused(
+            f"host {host!r} is reached through plugin {known.plugin!r}, not {name!r}",
+            "put a target in <params-json> to send one anyway",
+        )
+    return known.target(), known
+
+
+def _refuse_constant(word: str) -> Any:
+    raise ValueError(f"it holds {word}, which is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"it holds {text}, which overflows to infinity, and infinity is not JSON")
+    return value
+
+
+def _wire_params(params_json: Optional[str]) -> Dict[str, Any]:
+    """`<params-json>` as the object to send.  Python's parser takes NaN,
+    Infinity and 1e999 (which becomes infinity); the wire takes none of
+    them (protocol "Transport": JSON), so each is bad input here."""
+    if params_json is None:
+        return {}
+    try:
+        params = json.loads(params_json, parse_constant=_refuse_constant, parse_float=_finite)
+    except ValueError as e:
+        raise UsageError(f"<params-json> is not JSON: {e}") from None
+    if not isinstance(params, dict):
+        raise UsageError("<params-json> must be a JSON object")
+    return params
+
+
+def _refuse_non_utf8(what: str, value: Any) -> None:
+    """protocol "Transport": every message is UTF-8, and a lone surrogate
+    (a "\\ud800" escape, or a byte of the command line that is not UTF-8)
+    has no UTF-8 form: refuse it here rather than break the wire."""
+    bad = _first_non_utf8(value)
+    if bad is not None:
+        shown = bad if len(bad) <= 40 else bad[:37] + "..."
+        raise UsageError(f"{what} holds text that is not valid UTF-8 (a lone surrogate): {ascii(shown)}")
+
+
+def _first_non_utf8(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    if isinstance(value, dict):
+        items: list = [x for pair in value.items() for x in pair]
+    elif isinstance(value, list):
+        items = value
+    else:
+        return None
+    for item in items:
+        bad = _first_non_utf8(item)
+        if bad is not None:
+            return bad
+    return None
 
 
 def _schema_problem(method: str, result: Any) -> str:

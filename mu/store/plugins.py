@@ -2,15 +2,17 @@
 
 `register` and `remove` each check and write in one `BEGIN IMMEDIATE`
 transaction, so two invocations adding or removing at once cannot slip a
-duplicate argv, a shared channel name or a dangling consumer past the
-checks (protocol "Registration and trust").
+duplicate argv, a shared channel name, a dangling consumer or a consumer a
+new declaration strands past the checks (protocol "Registration and
+trust"; DESIGN, "What mu takes from the redesign").
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from mu.errors import NotFound, Refused
 from mu.store import db
@@ -81,8 +83,19 @@ def check_argv(name: str, argv: List[str]) -> None:
         )
 
 
-def register(name: str, argv: List[str], handshake: Dict[str, Any]) -> PluginRecord:
-    """Record (or re-record) a plugin after a successful handshake."""
+#: Called by `register` inside its transaction, before it writes, with the
+#: connection and the handshake recorded so far; raises to refuse the write.
+ReRegisterCheck = Callable[[sqlite3.Connection, Dict[str, Any]], None]
+
+
+def register(
+    name: str, argv: List[str], handshake: Dict[str, Any], *, check: Optional[ReRegisterCheck] = None
+) -> PluginRecord:
+    """Record (or re-record) a plugin after a successful handshake.
+
+    For a name already registered, `check` (if given) sees the recorded
+    handshake inside the same transaction as the write, so no record that
+    uses the plugin can appear between the check and the write."""
     now = int(time.time() * 1000)
     channel = channel_of(handshake)
     with db.transaction() as conn:
@@ -96,6 +109,8 @@ def register(name: str, argv: List[str], handshake: Dict[str, Any]) -> PluginRec
             holder = conn.execute("SELECT name FROM plugins WHERE channel = ? AND name != ?", (channel, name)).fetchone()
             if holder is not None:
                 raise Refused(f"channel {channel!r} is held by plugin {holder['name']!r}")
+        if row is not None and check is not None:
+            check(conn, json.loads(row["handshake"]))
         added = row["added_at"] if row is not None else now
         conn.execute(
             "INSERT INTO plugins (name, argv, handshake, channel, added_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -106,7 +121,8 @@ def register(name: str, argv: List[str], handshake: Dict[str, Any]) -> PluginRec
     return PluginRecord(name, argv, handshake, channel, added, now)
 
 
-# protocol "Registration and trust": rm is refused while one of these names it
+# protocol "Registration and trust": rm is refused while one of these names it.
+# (What each consumer needs of a new declaration is mu.seams.consumers.)
 CONSUMERS = (
     ("host_profiles", "name", "host profile"),
     ("hosts", "name", "host"),
