@@ -3,7 +3,9 @@ python-lsp-jsonrpc, each talking to the same executable in its own mode.
 
 Every client here starts its child in `__init__` and ends it in `close()`,
 and `close()` waits for the child, so a bench that closes what it opened
-leaves no process behind (`harness.no_children()` is the backstop).
+leaves no process behind (`harness.no_children()` is the backstop).  Each
+has `pid`, its child's, so a bench can place the child on a CPU
+(`harness.Placement.place`).
 `pylsp_jsonrpc` is a bench-only dependency: it is imported here, never by mu.
 """
 
@@ -45,6 +47,7 @@ class RawPipe:
 
     def __init__(self, argv: Optional[List[str]] = None) -> None:
         self.proc = subprocess.Popen(argv or [PLUGIN, "--raw"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.pid = self.proc.pid
         self._in = self.proc.stdin.fileno()
         self._out = os.fdopen(os.dup(self.proc.stdout.fileno()), "rb")  # buffered: readline in one read
 
@@ -77,6 +80,7 @@ class LspClient:
         from pylsp_jsonrpc.streams import JsonRpcStreamReader, JsonRpcStreamWriter
 
         self.proc = subprocess.Popen([PLUGIN, "--lsp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.pid = self.proc.pid
         self._writer = JsonRpcStreamWriter(self.proc.stdin)
         self._reader = JsonRpcStreamReader(self.proc.stdout)
         self.endpoint = Endpoint({}, self._writer.write)
@@ -104,6 +108,7 @@ class SameThreadClient:
 
         self._envelope, self._framing = envelope, framing
         self._pipe = RawPipe([PLUGIN])
+        self.pid = self._pipe.pid
         self._ids = itertools.count(1)
 
     def call(self) -> Any:
@@ -126,6 +131,7 @@ class ReaderThreadClient:
 
         self._envelope, self._framing = envelope, framing
         self._pipe = RawPipe([PLUGIN])
+        self.pid = self._pipe.pid
         self._ids = itertools.count(1)
         self._pending: Dict[int, Any] = {}
         self._thread = threading.Thread(target=self._read, daemon=True)

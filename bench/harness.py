@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -82,6 +82,57 @@ def no_children() -> None:
     psutil.wait_procs(left, timeout=2)
     if left:
         sys.stderr.write(f"bench: killed {len(left)} process(es) left running: {[p.pid for p in left]}\n")
+
+
+# -- CPU placement ------------------------------------------------------------------
+#
+# On these VMs a pipe round trip is bimodal: a few microseconds when both
+# ends share a CPU, tens when they sit on different CPUs (an idle vCPU
+# halts, and waking it costs 20-40 us each way), and where the kernel puts
+# a child mostly sticks for its life.  Left to the kernel, a latency
+# bench's verdict flips from run to run.  So latency benches choose the
+# placement themselves and report each one: the bench process runs on one
+# CPU, and every child either shares it ("pinned") or gets the next CPU
+# ("split").  A subject and its floor are always measured in the same
+# placement.
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str  # "pinned", "split", or "unplaced" (no affinity on this OS)
+    child_cpu: Optional[int]  # the CPU every child is put on; None: left to the kernel
+
+    def place(self, pid: int) -> None:
+        """Put the child `pid` on this placement's CPU (at once after it
+        starts); a child that cannot be placed voids the figures."""
+        if self.child_cpu is None:
+            return
+        os.sched_setaffinity(pid, {self.child_cpu})
+        if os.sched_getaffinity(pid) != {self.child_cpu}:
+            raise RuntimeError(f"child {pid} could not be put on CPU {self.child_cpu}")
+
+
+def placements() -> Tuple[List[Placement], str]:
+    """Pin this process to the first CPU it may use and return the
+    placements to measure (pinned, then split when a second CPU is
+    allowed), with a note saying where everything runs.
+
+    Call it first thing in a bench's body, before any thread starts:
+    affinity is per thread on Linux, and only threads and children started
+    afterwards inherit it."""
+    if not hasattr(os, "sched_setaffinity"):
+        return [Placement("unplaced", None)], "this OS sets no CPU affinity: placement left to the kernel"
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = allowed[0]
+    os.sched_setaffinity(0, {mine})
+    pinned = Placement("pinned", mine)
+    if len(allowed) == 1:
+        return [pinned], f"one CPU allowed here (CPU {mine}): pinned only, the bench process and every child on it"
+    split = Placement("split", allowed[1])
+    return [pinned, split], (
+        f"the bench process (every thread of it) runs on CPU {mine}; pinned: each child on CPU {mine} too;"
+        f" split: each child on CPU {allowed[1]}, set by pid right after it starts"
+    )
 
 
 # -- arguments ----------------------------------------------------------------------
@@ -155,9 +206,12 @@ class Row:
     ratio: Optional[float]  # value against floor, 1.0 = the floor, larger = worse
     target: str = ""  # the target, in words ("<= 3.0x", "<= lsp 5.2x"); "" = none
     limit: Optional[float] = None  # the largest ratio the target allows
+    absent: bool = False  # nothing to measure (a path mu does not offer yet): "-", not "n/a"
 
     @property
     def verdict(self) -> str:
+        if self.absent:
+            return "-"
         if self.ratio is None or self.ratio != self.ratio:
             return "n/a"
         if self.limit is None:
@@ -179,7 +233,7 @@ def rate(per_s: float) -> str:
 
 def print_table(title: str, rows: List[Row], opts: Options, notes: Sequence[str] = ()) -> None:
     header = ["figure", "value", "floor", "ratio", "target", "verdict"]
-    cells = [[r.figure, r.value, r.floor, _ratio(r.ratio), r.target or "-", r.verdict] for r in rows]
+    cells = [[r.figure, r.value, r.floor, "-" if r.absent else _ratio(r.ratio), r.target or "-", r.verdict] for r in rows]
     if opts.markdown:
         print(f"### {title}\n")
         print("| " + " | ".join(header) + " |")

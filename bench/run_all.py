@@ -3,7 +3,7 @@
     .venv/bin/python bench/run_all.py [--quick] [--markdown]
 
 Each bench prints its own table; this adds a header (date, interpreter,
-cores, load) and the time the whole run took.  `--markdown` prints
+cores, the CPUs allowed where a cpuset limits them, load) and the time the whole run took.  `--markdown` prints
 Markdown tables (what `bench/results.md` is made of), `--quick` a smoke
 run with few rounds.  Like every bench, it exits 0 whatever the figures;
 it exits 1 only when a bench script itself could not be run.
@@ -35,7 +35,8 @@ def main() -> int:
     flags = [f for f, on in (("--quick", opts.quick), ("--markdown", opts.markdown)) if on]
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     stamp = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    facts = f"{stamp}; Python {platform.python_version()} ({_shown(harness.PYTHON)}); {os.cpu_count()} cores; load {load}"
+    facts = (f"{stamp}; Python {platform.python_version()} ({_shown(harness.PYTHON)}); {os.cpu_count()} cores"
+             f"{_allowed()}; load {load}")
     print(f"## mu benchmarks, {facts}\n" if opts.markdown else f"mu benchmarks: {facts}\n")
     sys.stdout.flush()
     started = time.perf_counter()
@@ -52,6 +53,17 @@ def main() -> int:
     total = f"all benches: {time.perf_counter() - started:.1f} s"
     print(f"_{total}_" if opts.markdown else total)
     return 1 if failed else 0
+
+
+def _allowed() -> str:
+    """The CPUs this process may run on, where that is fewer than the
+    machine's (a cpuset): the placements are taken among them."""
+    if not hasattr(os, "sched_getaffinity"):
+        return ""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) == os.cpu_count():
+        return ""
+    return " (allowed here: CPUs " + ",".join(str(c) for c in allowed) + ")"
 
 
 def _shown(path: str) -> str:

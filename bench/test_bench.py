@@ -9,6 +9,7 @@ anything is (speed is a ratio in a bench, never a timed test).  Run:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -97,8 +98,11 @@ def test_unknown_mode_is_refused():
     assert b"unknown mode" in done.stderr
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_bench_runs_to_its_table(script):
+@functools.lru_cache(maxsize=None)
+def quick_run(script):
+    """A `--quick --markdown` run of one bench: its output and its table's
+    rows, each split into its cells (figure, value, floor, ratio, target,
+    verdict).  Once per script per session: the tests below read the same run."""
     done = subprocess.run(
         [sys.executable, os.path.join(BENCH, script), "--quick", "--markdown"],
         stdout=subprocess.PIPE,
@@ -111,4 +115,90 @@ def test_bench_runs_to_its_table(script):
     assert "| figure | value | floor | ratio | target | verdict |" in out
     assert "left running" not in done.stderr.decode()
     rows = [line for line in out.splitlines() if line.startswith("| ") and "figure" not in line]
-    assert rows and all(" n/a |" not in row.split("|")[4] for row in rows), out  # every ratio was taken
+    return out, [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bench_runs_to_its_table(script):
+    out, rows = quick_run(script)
+    assert rows and all(row[3] != "n/a" for row in rows), out  # every ratio was taken
+
+
+def two_cpus():
+    return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1
+
+
+def test_placements_put_children_where_they_say():
+    code = (
+        "import os, subprocess, harness\n"
+        "places, note = harness.placements()\n"
+        "mine = os.sched_getaffinity(0)\n"
+        "for place in places:\n"
+        "    child = subprocess.Popen(['sleep', '30'])\n"
+        "    try:\n"
+        "        place.place(child.pid)\n"
+        "        print(place.name, sorted(mine), sorted(os.sched_getaffinity(child.pid)))\n"
+        "    finally:\n"
+        "        child.kill()\n"
+        "        child.wait()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=BENCH, stdout=subprocess.PIPE, timeout=60, check=True)
+    lines = done.stdout.decode().splitlines()
+    if not hasattr(os, "sched_setaffinity"):
+        assert [line.split()[0] for line in lines] == ["unplaced"]
+        return
+    first, *others = sorted(os.sched_getaffinity(0))
+    assert lines[0] == f"pinned [{first}] [{first}]"
+    if others:
+        assert lines[1:] == [f"split [{first}] [{others[0]}]"]
+    else:
+        assert len(lines) == 1
+
+
+def test_an_absent_row_reads_dash_not_na(capsys):
+    import harness
+
+    row = harness.Row("a path mu lacks", "-", "1 calls/s", None, "<= 2.0x", 2.0, absent=True)
+    harness.print_table("t", [row], harness.Options(quick=True, markdown=True))
+    assert "| a path mu lacks | - | 1 calls/s | - | <= 2.0x | - |" in capsys.readouterr().out
+
+
+def test_roundtrip_floors_and_placements():
+    out, rows = quick_run("roundtrip.py")
+    figures = {row[0]: row for row in rows}
+    names = ["pinned", "split"] if two_cpus() else ["pinned"]
+    for name in names:
+        floor = figures[f"{name}: raw pipe, the JSON plugin (floor), median"]
+        assert floor[3] == "1.00x"
+        assert f"{name}: raw pipe, bare echo child, median" in figures  # informational, kept
+        assert f"{name}: python-lsp-jsonrpc, median" in figures  # the comparison, kept
+        for subject in ("mu PluginClient.call", "mu PluginProcess.request"):
+            row = figures[f"{name}: {subject}, median"]
+            assert row[2] == floor[1]  # the JSON-plugin floor of the same placement
+            assert row[4] == ("<= 2.0x" if name == "pinned" else "<= 1.3x")
+            assert figures[f"{name}: {subject}, median (vs python-lsp-jsonrpc)"][4].startswith("<= lsp ")
+    if not two_cpus():
+        assert not any(row[0].startswith("split:") for row in rows)
+
+
+def test_throughput_batched_row_and_floor():
+    from mu.runtime.process import PluginProcess
+
+    out, rows = quick_run("throughput.py")
+    batched = [row for row in rows if "submitted then collected" in row[0]]
+    assert len(batched) == (2 if two_cpus() else 1)
+    for row in batched:
+        assert row[4].startswith("<= lsp/3 ")
+        if not hasattr(PluginProcess, "submit"):
+            assert (row[1], row[3], row[5]) == ("-", "-", "-")
+    assert any(row[0].endswith("the JSON plugin, 64 pipelined (floor)") and row[3] == "1.00x" for row in rows)
+
+
+def test_cli_startup_targets():
+    out, rows = quick_run("cli_startup.py")
+    targets = {row[0]: row[4] for row in rows}
+    assert targets["mu --version"] == "<= 1.5x"
+    assert targets["mu help"] == "<= 1.5x"
+    assert targets["mu plugin list (1 plugin)"] == "<= 2.5x"
+    assert targets["mu host list (1 host profile)"] == "<= 2.5x"
+    assert any(row[0].startswith("mu host list, per host") and row[1].endswith(" us") for row in rows)
