@@ -522,3 +522,13 @@ def test_the_guide_quotes_the_hint_mu_gives():
     message, hint = shown.groups()
     assert message.startswith("mu: plugin box did not answer the handshake: it exited with status 1: ")
     assert hint.startswith("(" + debug_hint(["x"]).split(" echo ")[0] + " echo '")
+
+
+def test_the_contract_suite_gives_the_same_hint_for_a_plugin_that_cannot_load(tmp_path):
+    path = plugin_file(tmp_path, "crashy", CRASHES_ON_IMPORT)
+    out = run_mu("plugin", "test", "--", str(path), env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 4, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[-2].startswith("mu: plugin crashy cannot be loaded: handshake.answer"), out.stderr
+    assert lines[-1].startswith("(run it by hand to see all of its stderr: echo "), out.stderr
+    assert lines[-1].endswith(f"| {path})"), out.stderr

@@ -291,7 +291,11 @@ def test(name: Any, argv: list, as_json: bool, only: list, param_args: list) -> 
         emit(report.summary_line())
     failed = report.first_load_failure()
     if failed is not None:
-        error(f"plugin {name} cannot be loaded: {failed.name}: {failed.got}")
+        from mu.runtime.client import debug_hint
+
+        # a plugin that never answered its handshake: say how to see why
+        hint = debug_hint(argv) if failed.name == "handshake.answer" else None
+        error(f"plugin {name} cannot be loaded: {failed.name}: {failed.got}", hint)
     return report.exit_code
 
 
