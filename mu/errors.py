@@ -15,7 +15,12 @@ A caller may rely on `exit_code` being the code DESIGN.md documents:
    70  mu itself failed: a bug, reported with its traceback
 
 `message` is one line; `hint`, when present, is one line of remedy.  They
-print as ``mu: <message>`` and ``(<hint>)``.
+print as ``mu: <message>`` and ``(<hint>)``.  `detail`, when present, is
+text from outside mu, such as a plugin's first stderr line: it is printed
+after the message (``mu: <message>: <detail>``) but never journaled or
+stored (protocol "Transport" and "Secrets": stderr is never stored), so
+whoever builds an error from a plugin's stderr puts that text in `detail`,
+and whoever wraps such an error passes its `detail` on.
 """
 
 from __future__ import annotations
@@ -32,19 +37,29 @@ EXIT_DEADLINE = 7
 EXIT_TIMED_OUT = 124
 EXIT_INTERNAL = 70
 
+# protocol "Transport": a first stderr line may appear in an error, cut to
+# 400 characters.
+DETAIL_CHARS = 400
+
 
 class MuError(Exception):
     """Base of every error mu reports to its user."""
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, hint: Optional[str] = None) -> None:
+    def __init__(self, message: str, hint: Optional[str] = None, *, detail: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = _one_line(message)
         self.hint = _one_line(hint) if hint else None
+        self.detail = _one_line(detail)[:DETAIL_CHARS] if detail else None
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def shown(self) -> str:
+        """The line the user sees: the message, then the detail if any."""
+        return f"{self.message}: {self.detail}" if self.detail else self.message
 
 
 def _one_line(text: str) -> str:
@@ -123,8 +138,8 @@ class Permanent(CallError):
 class Human(CallError):
     """`data.kind: human`: a person must act; `remedy` says how."""
 
-    def __init__(self, message: str, remedy: str = "") -> None:
-        super().__init__(message, remedy or None)
+    def __init__(self, message: str, remedy: str = "", *, detail: Optional[str] = None) -> None:
+        super().__init__(message, remedy or None, detail=detail)
         self.remedy = remedy
 
 
@@ -133,8 +148,10 @@ class UnknownOutcome(CallError):
 
     exit_code = EXIT_UNKNOWN
 
-    def __init__(self, message: str, hint: Optional[str] = None, key: Optional[str] = None) -> None:
-        super().__init__(message, hint)
+    def __init__(
+        self, message: str, hint: Optional[str] = None, key: Optional[str] = None, *, detail: Optional[str] = None
+    ) -> None:
+        super().__init__(message, hint, detail=detail)
         self.key = key
 
 

@@ -20,7 +20,17 @@ from typing import List, Optional
 
 import mu
 from mu.cli.output import error
-from mu.errors import EXIT_INTERNAL, EXIT_USAGE, LoadRuleError, MuError, Refused, Terminating, TrustError, UsageError
+from mu.errors import (
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    LoadRuleError,
+    MuError,
+    Refused,
+    StateError,
+    Terminating,
+    TrustError,
+    UsageError,
+)
 
 # One table of verb groups; each module's docstring is its docopt usage and
 # its `run(args)` the verb.
@@ -30,6 +40,11 @@ GROUPS = {
     "log": "mu.cli.log",
 }
 
+# `help` is a verb of this module, not a group: its usage is its own.
+HELP_USAGE = """Usage:
+  mu help [<verb>]
+
+Prints <verb>'s usage, or without one mu's usage and its verbs."""
 
 
 def group_module(verb: str) -> ModuleType:
@@ -39,6 +54,8 @@ def group_module(verb: str) -> ModuleType:
 
 
 def usage_of(verb: Optional[str]) -> str:
+    if verb in ("help", "-h", "--help"):
+        return HELP_USAGE
     doc = (group_module(verb).__doc__ if verb else __doc__) or ""
     return doc.strip("\n")
 
@@ -87,10 +104,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     supervisor.install()
     code = 0
+    reported: Optional[MuError] = None
     try:
         code = dispatch(argv)
     except MuError as e:
-        error(e.message, e.hint)
+        reported = e
+        error(e.shown, e.hint)
         if isinstance(e, (Refused, TrustError, LoadRuleError)):
             _journal_refusal(e)
         code = e.exit_code
@@ -115,6 +134,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             _quiet_stdout()
+        _warn_lost_journal(reported)
         if "mu.store.db" in sys.modules:
             from mu.store import db
 
@@ -123,12 +143,28 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _journal_refusal(e: MuError) -> None:
+    # protocol "Transport" and "Secrets": a plugin's stderr is never stored.
+    # `message` is mu's own words; what came from the plugin is in
+    # `detail`, which is shown above and never journaled.
     from mu.store.journal import journal
 
     try:
         journal().record(f"refused: {e.message}")
     except Exception:
         pass
+
+
+def _warn_lost_journal(reported: Optional[MuError]) -> None:
+    """One warning line when the journal dropped entries, unless the error
+    already printed was about mu's state (it named the same database)."""
+    if "mu.store.journal" not in sys.modules or isinstance(reported, StateError):
+        return
+    from mu.store.journal import lost
+
+    count, because = lost()
+    if count:
+        entries = "entry was" if count == 1 else "entries were"
+        error(f"warning: {count} journal {entries} not written: {because}")
 
 
 def _quiet_stdout() -> None:

@@ -8,10 +8,22 @@ work cost milliseconds instead of tens of microseconds.  A process that
 moves to another database (a test that changes `MU_DB_PATH`) gets a new
 connection and the old one is closed.
 
-Guarantees: WAL journal, `synchronous=NORMAL`, a busy timeout of several
-seconds (concurrent invocations wait for each other instead of failing),
-foreign keys on, and every migration applied before the connection is
-handed out.  A database from a newer mu is refused (`MuError`).
+Guarantees: WAL journal, `synchronous=NORMAL`, a busy timeout (10 s, or
+`MU_DB_BUSY_TIMEOUT_MS`) so that concurrent invocations wait for each
+other instead of failing, foreign keys on, and every migration applied
+before the connection is handed out.  A database from a newer mu is
+refused (`MuError`).
+
+A caller may rely on sqlite's own failures never leaving this module
+untyped when they are about the state rather than about mu's SQL:
+`connect()`, `transaction()` and `reading()` raise `DatabaseBusy` when
+another process held the write lock past the busy timeout, and
+`StateError` naming the path and what is wrong when the folder or the
+file cannot be used (not a folder, not a database, damaged, read-only).
+Either is raised with nothing written: a transaction is rolled back, and
+a file that is not mu's database is never created over, migrated or
+repaired.  Other sqlite errors (a constraint, bad SQL) are mu's bugs and
+pass through as they are.
 
 Never hold a write transaction across a plugin call: a plugin may take
 seconds, and every other invocation would wait on it.  `transaction()`
@@ -24,25 +36,46 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, NoReturn, Optional
 
 from mu import environment
-from mu.errors import MuError
+from mu.errors import DatabaseBusy, MuError, StateError, UsageError
 from mu.store.migrations import LATEST, MIGRATIONS
 
-BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_MS = 10_000  # the default wait for another invocation's write lock
+BUSY_TIMEOUT_VARIABLE = "MU_DB_BUSY_TIMEOUT_MS"
+MAX_BUSY_TIMEOUT_MS = 3_600_000
 
 _lock = threading.RLock()
 _shared: Optional[sqlite3.Connection] = None
 _shared_path: Optional[str] = None
 
 
+def busy_timeout_ms() -> int:
+    """How long a write waits for another invocation's write lock:
+    `MU_DB_BUSY_TIMEOUT_MS`, else 10 s.  A value that is not a whole number
+    of milliseconds up to an hour is a `UsageError` (exit 2)."""
+    # Read here until mu/environment.py grows a reader for it.
+    text = os.environ.get(BUSY_TIMEOUT_VARIABLE, "")
+    if text == "":
+        return BUSY_TIMEOUT_MS
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_BUSY_TIMEOUT_MS:
+        raise UsageError(
+            f"{BUSY_TIMEOUT_VARIABLE} is {text!r}: it must be a whole number of milliseconds from 0 to {MAX_BUSY_TIMEOUT_MS}",
+            f"unset it for the default of {BUSY_TIMEOUT_MS}",
+        )
+    return int(text)
+
+
 def connect(path: Optional[str] = None) -> sqlite3.Connection:
     """The invocation's connection to the database at `path` (default:
     `MU_DB_PATH`).  Use it through `transaction()` or `reading()`, which
-    take the lock that keeps threads off each other's statements."""
+    take the lock that keeps threads off each other's statements.
+    Raises `StateError` (or `DatabaseBusy`) when the database cannot be
+    used, `UsageError` when `MU_DB_BUSY_TIMEOUT_MS` is malformed."""
     global _shared, _shared_path
     path = path or environment.db_path()
     with _lock:
@@ -51,19 +84,63 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
         if _shared is not None:
             _shared.close()
             _shared = _shared_path = None
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        # isolation_level=None: mu says BEGIN itself, so nothing opens a
-        # transaction behind its back and holds the write lock.
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _enter_wal(conn)
-        _migrate(conn, path)
-        conn.execute("PRAGMA synchronous = NORMAL")
+        wait_ms = busy_timeout_ms()
+        _check_place(path)
+        try:
+            # isolation_level=None: mu says BEGIN itself, so nothing opens a
+            # transaction behind its back and holds the write lock.
+            conn = sqlite3.connect(path, timeout=wait_ms / 1000, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            _raise_typed(e, path, wait_ms)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+            _refuse_foreign(conn, path)  # reads only: before anything is written
+            _enter_wal(conn, wait_ms)
+            _migrate(conn, path)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, sqlite3.Error):
+                _raise_typed(e, path, wait_ms)
+            raise
         _shared, _shared_path = conn, path
         return conn
+
+
+def _check_place(path: str) -> None:
+    """The database's folder exists (made if missing) and `path` is a
+    regular file or nothing yet: anything else is a `StateError`, found
+    before sqlite opens (and would create) anything."""
+    folder = os.path.dirname(path) or "."
+    hint = "point MU_STATE_DIR (or MU_DB_PATH) elsewhere, or fix that path"
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StateError(f"{nearest_existing(folder)} is a file, not a folder: mu cannot keep its database under it", hint) from None
+    except OSError as e:
+        raise StateError(f"the folder {folder} cannot be made: {e.strerror or e}", hint) from None
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StateError(f"{path} cannot be read: {e.strerror or e}", hint) from None
+    if stat.S_ISDIR(mode):
+        raise StateError(f"{path} is a folder, not a database", hint)
+    if not stat.S_ISREG(mode):
+        raise StateError(f"{path} is not a regular file, so not a database", hint)
+
+
+def nearest_existing(path: str) -> str:
+    """The nearest part of `path` that exists (itself or a parent folder):
+    the one to name when a path cannot be made."""
+    while path and not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
 
 
 def close() -> None:
@@ -75,11 +152,11 @@ def close() -> None:
             _shared = _shared_path = None
 
 
-def _enter_wal(conn: sqlite3.Connection) -> None:
+def _enter_wal(conn: sqlite3.Connection, wait_ms: int) -> None:
     # Switching a new file to WAL takes an exclusive lock and may answer
     # "database is locked" without waiting on the busy handler when another
     # invocation opens the same new file at the same moment: retry it.
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + wait_ms / 1000
     while True:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -88,6 +165,18 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """A database with tables but no schema version is some other
+    program's: mu neither converts it to WAL nor migrates it."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] != 0:
+        return
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise StateError(
+            f"{path} is not mu's database: it holds tables but no mu schema version",
+            "point MU_DB_PATH elsewhere; mu does not write into another program's database",
+        )
 
 
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
@@ -109,7 +198,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
 
 
@@ -127,22 +216,112 @@ def _statements(script: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def transaction(path: Optional[str] = None) -> Iterator[sqlite3.Connection]:
+def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None) -> Iterator[sqlite3.Connection]:
     """The connection inside `BEGIN IMMEDIATE`; committed on success, rolled
-    back on any exception."""
+    back on any exception.  `wait_ms` shortens the wait for another
+    writer for this one transaction (the journal's flush uses it)."""
     with _lock:
         conn = connect(path)
-        conn.execute("BEGIN IMMEDIATE")
+        where = _shared_path or ""
+        waited = busy_timeout_ms() if wait_ms is None else wait_ms
+        try:
+            if wait_ms is not None:
+                conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                if wait_ms is not None:
+                    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
+        except sqlite3.Error as e:
+            _raise_typed(e, where, waited)
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as e:
+            _rollback(conn)
+            if isinstance(e, sqlite3.Error):
+                _raise_typed(e, where, waited)
             raise
-        conn.execute("COMMIT")
 
 
 @contextlib.contextmanager
 def reading(path: Optional[str] = None) -> Iterator[sqlite3.Connection]:
     """The connection, for reads only."""
     with _lock:
-        yield connect(path)
+        conn = connect(path)
+        where = _shared_path or ""
+        try:
+            yield conn
+        except sqlite3.Error as e:
+            _raise_typed(e, where, busy_timeout_ms())
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # sqlite may already have rolled back (a full disk, an I/O error): a
+    # second error here would only hide the first.
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+# -- sqlite's failures, typed --------------------------------------------------------
+
+# sqlite's primary result codes that say the file or its folder cannot be
+# used, each with a fragment of its message (for a Python without
+# `sqlite_errorcode`, before 3.11) and what mu says about the path.
+_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_DAMAGED = "mu neither repairs nor replaces it: restore it, move it away to start afresh, or point MU_STATE_DIR elsewhere"
+_ACCESS = "mu writes the database and its -wal and -shm files beside it: make that folder writable, or point MU_STATE_DIR elsewhere"
+_SYSTEM = "fix the file system, or point MU_STATE_DIR elsewhere"
+_STATE_KINDS = (
+    (26, "file is not a database", "is not a database", _DAMAGED),
+    (11, "malformed", "is damaged", _DAMAGED),
+    (8, "readonly", "is read-only", _ACCESS),
+    (14, "unable to open", "cannot be opened", _ACCESS),
+    (3, "access permission denied", "cannot be opened", _ACCESS),
+    (13, "is full", "cannot grow: the disk is full", _SYSTEM),
+    (10, "disk i/o error", "cannot be read or written", _SYSTEM),
+    (15, "locking protocol", "cannot be locked", _SYSTEM),
+)
+_BUG_CODES = {1, 19, 20, 21, 25}  # ERROR (bad SQL), CONSTRAINT, MISMATCH, MISUSE, RANGE
+
+
+def _code(e: sqlite3.Error) -> Optional[int]:
+    code = getattr(e, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    code = _code(e)
+    if code is not None:
+        return code in _BUSY_CODES
+    text = str(e).lower()
+    return "database is locked" in text or "database table is locked" in text or "busy" in text
+
+
+def _is_state(e: sqlite3.Error) -> bool:
+    """Whether `e` is about the database's state rather than mu's SQL."""
+    if type(e) not in (sqlite3.OperationalError, sqlite3.DatabaseError):
+        return False  # IntegrityError, ProgrammingError...: a bug in mu
+    return _code(e) not in _BUG_CODES
+
+
+def _raise_typed(e: sqlite3.Error, path: str, wait_ms: int) -> NoReturn:
+    """Raise the `DatabaseBusy` or `StateError` that `e` means, with no
+    chained traceback; a bug's error is re-raised as it is."""
+    if _is_busy(e):
+        raise DatabaseBusy(
+            f"the database {path} is busy: another process held its write lock for over {wait_ms / 1000:g} s",
+            f"nothing was written; try again, or set {BUSY_TIMEOUT_VARIABLE} to wait longer",
+        ) from None
+    if not _is_state(e):
+        raise e
+    code, text = _code(e), str(e)
+    what, hint = "cannot be used", _SYSTEM
+    for number, fragment, meaning, remedy in _STATE_KINDS:
+        if code == number or (code is None and fragment in text.lower()):
+            what, hint = meaning, remedy
+            break
+    raise StateError(f"{path} {what} ({text})", hint) from None

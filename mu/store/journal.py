@@ -11,6 +11,15 @@ plugin stops, when the buffer is a quarter second old, and when mu exits
 mu can lose the last quarter second of entries, never a record: intent
 records do not go through this buffer.  That keeps a journal write off
 the path of every call.
+
+A flush never fails the verb it runs in.  When the database cannot take
+the entries (another process holds its write lock past a short wait, or
+it is damaged or read-only), the entries are dropped and counted; `lost()`
+tells mu's exit what was dropped and why, and it prints one warning line
+unless its error already named the database.  The journal is a log, not a
+record: waiting out the full busy timeout at every flush (each plugin stop,
+each quarter second, the exit) would hold a failing verb and its plugins
+for tens of seconds, and raising would turn a log line into a failed verb.
 """
 
 from __future__ import annotations
@@ -19,13 +28,18 @@ import os
 import re
 import threading
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from mu import environment
+from mu.errors import MuError
 from mu.ids import uuid7, uuid7_floor
 from mu.store import db
 
 FLUSH_AFTER_S = 0.25
+# How long a flush waits for another writer (never longer than the
+# database's own busy timeout), and how long once a flush has failed.
+FLUSH_WAIT_MS = 1000
+FLUSH_WAIT_AFTER_LOSS_MS = 50
 
 
 class Entry(NamedTuple):
@@ -57,6 +71,8 @@ class Journal:
         self._lock = threading.Lock()
         self._buffer: List[tuple] = []
         self._oldest = 0.0
+        self.lost = 0  # entries dropped because the database could not take them
+        self.lost_because: Optional[MuError] = None  # the first such failure
 
     @property
     def path(self) -> str:
@@ -76,22 +92,32 @@ class Journal:
             self.flush()
 
     def flush(self) -> None:
-        """Write every buffered entry; a failure keeps them for the next try."""
+        """Write every buffered entry.  When the database cannot take them
+        (a `MuError`: busy, unusable, a malformed busy timeout) they are
+        dropped and counted in `lost`; any other failure is a bug, which
+        keeps them for the next try and raises."""
         with self._lock:
             if not self._buffer:
                 return
             entries, self._buffer = self._buffer, []
+            wait_ms = FLUSH_WAIT_AFTER_LOSS_MS if self.lost else FLUSH_WAIT_MS
         me = os.getpid()
         rows = [
             (uuid7(at), at, plugin, pid if pid is not None else me, me, stream, " ".join(text.split()))
             for at, plugin, pid, stream, text in entries
         ]
         try:
-            with db.transaction(self.path) as conn:
+            wait_ms = min(wait_ms, db.busy_timeout_ms())
+            with db.transaction(self.path, wait_ms=wait_ms) as conn:
                 conn.executemany(
                     "INSERT INTO journal (id, at, plugin, pid, mu_pid, stream, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+        except MuError as e:
+            with self._lock:
+                self.lost += len(entries)
+                if self.lost_because is None:
+                    self.lost_because = e
         except BaseException:
             with self._lock:
                 self._buffer[:0] = entries
@@ -112,6 +138,15 @@ def journal() -> Journal:
                 _journal.flush()
             _journal = Journal(environment.db_path())
         return _journal
+
+
+def lost() -> Tuple[int, Optional[MuError]]:
+    """How many entries this invocation's journal dropped, and the first
+    failure that made it drop them; `(0, None)` when none were."""
+    with _journal_lock:
+        if _journal is None:
+            return 0, None
+        return _journal.lost, _journal.lost_because
 
 
 def query(

@@ -9,28 +9,67 @@ change atomic; a lock only orders whole verbs.
 
 filelock's default poll of 50 ms would add up to half a second to a
 contended acquire, so locks poll every 5 ms.
+
+A lock file's name is a readable prefix of the subject (cut short, odd
+characters replaced) and a digest of the whole subject: any subject, of
+any length and any characters, gets a name the file system takes, and two
+subjects never share a lock, however alike their prefixes.  A locks folder
+that cannot be made or written is a `StateError` naming it (exit 3).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import time
 from typing import Iterator, Optional
 
 from mu import environment
-from mu.errors import Refused
+from mu.errors import Refused, StateError
 from mu.runtime.deadline import Deadline
+from mu.store.db import nearest_existing
 
 POLL_S = 0.005
 
 
+# The readable part of a lock file's name: enough to tell subjects apart in
+# a listing, short enough that with the digest the name stays far below the
+# 255 bytes a file name may have.
+PREFIX_CHARS = 64
+
+
+def file_name(subject: str) -> str:
+    """The lock file's name for `subject`: the same subject always gets the
+    same name, two subjects never do (128 bits of sha256 tell them apart)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", subject[:PREFIX_CHARS])
+    digest = hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{readable}.{digest}.lock"
+
+
 def _lock_path(kind: str, name: str) -> str:
     folder = os.path.join(environment.locks_dir(), kind)
-    os.makedirs(folder, exist_ok=True)
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    return os.path.join(folder, safe + ".lock")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise _unusable(folder, e) from None
+    path = os.path.join(folder, file_name(name))
+    # Open it once here, so that a folder mu cannot write is a StateError
+    # naming the path: filelock would raise a bare OSError (exit 70), and
+    # some of its versions retry such errors until the deadline instead.
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as e:
+        raise _unusable(path, e) from None
+    return path
+
+
+def _unusable(path: str, e: OSError) -> StateError:
+    hint = f"mu keeps its locks in {environment.locks_dir()}: make it a folder mu can write, or point MU_STATE_DIR elsewhere"
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        return StateError(f"{nearest_existing(path)} is a file, not a folder: mu cannot keep its locks there", hint)
+    return StateError(f"lock {path} cannot be made: {e.strerror or e}", hint)
 
 
 @contextlib.contextmanager
