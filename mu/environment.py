@@ -1,4 +1,6 @@
-"""Where mu keeps things, and which variables never reach a plugin.
+"""Where mu keeps things, which variables never reach a plugin, and the
+knobs mu reads from its environment (every `MU_*` variable has its reader
+here).
 
 Every location is read from the environment at call time, never cached at
 import, so tests (and embedding programs) can point `MU_STATE_DIR` elsewhere
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import os
 from typing import Dict, Mapping, Optional
+
+from mu.errors import UsageError
 
 # protocol "Process": the plugin gets mu's environment minus these.
 LOCAL_ONLY_VARIABLES = frozenset(
@@ -54,6 +58,51 @@ def config_path(environ: Optional[Mapping[str, str]] = None) -> str:
 
 def locks_dir(environ: Optional[Mapping[str, str]] = None) -> str:
     return os.path.join(state_dir(environ), "locks")
+
+
+# -- knobs in milliseconds -----------------------------------------------------------
+
+DEFAULT_EFFECT_TIMEOUT_MS = 60_000
+MAX_EFFECT_TIMEOUT_MS = 24 * 3600 * 1000  # a day; far beyond that, the clocks' arithmetic overflows
+DEFAULT_HOST_DEADLINE_MARGIN_MS = 10 * 60 * 1000
+
+
+def milliseconds(
+    variable: str,
+    default: int,
+    *,
+    minimum: int = 0,
+    maximum: Optional[int] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> int:
+    """The whole number of milliseconds `variable` holds, `default` when it is
+    unset or empty.  Anything else (a sign, a blank, a fraction, a unit, a
+    value outside `minimum`..`maximum`) is a `UsageError` (exit 2) naming the
+    variable: a knob silently ignored is worse than one that stops mu."""
+    env = os.environ if environ is None else environ
+    text = env.get(variable, "")
+    if text == "":
+        return default
+    value = int(text) if text.isascii() and text.isdigit() else None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"{minimum} or more"
+        raise UsageError(
+            f"{variable} is {text!r}: it must be a whole number of milliseconds, {bounds}",
+            f"unset it for the default of {default}",
+        )
+    return value
+
+
+def effect_timeout_ms(environ: Optional[Mapping[str, str]] = None) -> int:
+    """How long one effect call may take (`MU_EFFECT_TIMEOUT_MS`, 1 ms to a day)."""
+    return milliseconds("MU_EFFECT_TIMEOUT_MS", DEFAULT_EFFECT_TIMEOUT_MS, minimum=1, maximum=MAX_EFFECT_TIMEOUT_MS,
+                        environ=environ)
+
+
+def host_deadline_margin_ms(environ: Optional[Mapping[str, str]] = None) -> int:
+    """How long before its `deadlineAt` a ready host reads `draining`
+    (`MU_HOST_DEADLINE_MARGIN_MS`; 0 means only at the deadline)."""
+    return milliseconds("MU_HOST_DEADLINE_MARGIN_MS", DEFAULT_HOST_DEADLINE_MARGIN_MS, environ=environ)
 
 
 def plugin_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:

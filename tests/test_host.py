@@ -284,9 +284,20 @@ def test_bad_input_exits_2(local, isolated, args, words):
 
 
 def test_a_plugin_without_a_host_seam_cannot_acquire(fake, isolated):
+    # protocol "Load rules": a seam a host needs is missing: the plugin is refused (exit 4)
     run_mu("plugin", "add", "fake", "--", str(fake))
     out = run_mu("host", "acquire", "box", "--provider", "fake")
-    assert out.returncode == 2 and "no host seam" in out.stderr
+    assert out.returncode == 4 and "no host seam" in out.stderr, out.stderr
+    assert intents(isolated) == [] and host_json("box") is None
+
+
+def test_a_plugin_without_a_link_seam_cannot_reach_a_host(fake, isolated, monkeypatch):
+    monkeypatch.setenv("FAKE_SEAMS", json.dumps({"job": PROVIDER_SEAMS["job"]}))
+    added = run_mu("plugin", "add", "fake", "--", str(fake))
+    assert added.returncode == 0, added.stderr
+    out = run_mu("host", "add", "box", "--plugin", "fake")
+    assert out.returncode == 4 and "no link seam" in out.stderr, out.stderr
+    assert host_json("box") is None
 
 
 def test_profiles(fake, isolated):

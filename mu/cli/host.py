@@ -6,6 +6,7 @@ Usage:
   mu host release <name> [--force]
   mu host list [--json]
   mu host rm <name>
+  mu host settle <name> --key <key> (--exists | --absent)
   mu host check <name> [--phase <phase>]... [--json]
   mu host exec <name> [--cwd <dir>] [--timeout <ms>] -- <script>
 
@@ -17,6 +18,9 @@ Options:
   --provider <plugin>   The plugin that provides the host.
   --param <key=value>   A parameter for the provider's acquire; repeatable.
   --force               Release even while agents use the host.
+  --key <key>           The key of the host's open effect, as mu printed it.
+  --exists              You checked: the provider still holds the host.
+  --absent              You checked: the provider holds no such host.
   --phase <phase>       Only this phase: template, reach or agent; repeatable.
   --cwd <dir>           The folder on the host the script runs in [default: .].
   --timeout <ms>        How long the script may run, in milliseconds [default: 20000].
@@ -28,10 +32,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, List, Optional
 
+from mu import environment
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
-from mu.errors import EXIT_CALL_FAILED, EXIT_TIMED_OUT, Human, UsageError
-from mu.runtime import trust
+from mu.errors import EXIT_CALL_FAILED, EXIT_TIMED_OUT, Human, LoadRuleError, UsageError
 from mu.seams import host as host_seam
 from mu.seams.link import Link, check_template
 from mu.store import hosts, plugins
@@ -41,8 +45,14 @@ from mu.store.journal import journal
 PHASES = ("template", "reach", "agent")
 
 
+VERBS = ("add", "acquire", "status", "release", "list", "rm", "settle", "check", "exec")
+
+
 def run(args: Dict[str, Any]) -> int:
-    for verb in ("add", "acquire", "status", "release", "list", "rm", "check", "exec"):
+    # A malformed knob is refused before anything is read, written or started.
+    environment.effect_timeout_ms()
+    environment.host_deadline_margin_ms()
+    for verb in VERBS:
         if args[verb]:
             return globals()[f"verb_{verb}"](args)
     raise UsageError("no such `mu host` verb")
@@ -65,12 +75,13 @@ def _positive(value: Optional[str], option: str) -> Optional[int]:
 
 def verb_add(args: Dict[str, Any]) -> int:
     name, plugin = args["<name>"], args["--plugin"]
-    trust.check_name(name, "host")
+    hosts.check_name(name)
     max_sessions = _positive(args["--max-sessions"], "--max-sessions")
     record = plugins.get(plugin)
     link = record.seams.get("link")
     if link is None:
-        raise UsageError(f"plugin {plugin!r} declares no link seam: it cannot reach a host")
+        # protocol "Load rules": a seam the registration or a host needs is missing
+        raise LoadRuleError(f"plugin {plugin!r} declares no link seam: it cannot reach a host", "`mu plugin show` lists its seams")
     template = args["--fetch"]
     if not link.get("fetch") and not template:
         raise UsageError(f"plugin {plugin!r} declares fetch: false, so host {name} needs a --fetch template")
@@ -87,9 +98,20 @@ def verb_add(args: Dict[str, Any]) -> int:
 
 
 def verb_rm(args: Dict[str, Any]) -> int:
-    removed = hosts.remove(args["<name>"])
+    removed = host_seam.remove(args["<name>"])
     journal().record(f"host rm {removed.name}", plugin=removed.plugin)
     emit(f"removed host {removed.name}")
+    return 0
+
+
+def verb_settle(args: Dict[str, Any]) -> int:
+    name = args["<name>"]
+    state = host_seam.settle(name, args["--key"], exists=bool(args["--exists"]))
+    if state == "lost":
+        emit(f"host {name}: settled as absent, recorded lost (`mu host rm {name}` forgets it)")
+    else:
+        emit(f"host {name}: settled as held by the provider, still needs a person: release it there,"
+             f" then `mu host settle {name} --key {args['--key']} --absent`")
     return 0
 
 

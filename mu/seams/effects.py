@@ -11,9 +11,19 @@ with exit 1 naming the key.  The next verb on the same subject resolves it
 with `Resolver` before it does anything else, and refuses while the
 invocation that wrote it, or another resolving it, still lives.
 
+mu's own state failing is handled by where it happens.  A `StateError`
+(the database busy past its wait, or unusable) while the intent is being
+written lets the error through (exit 3): nothing was written, nothing was
+sent.  Once the intent exists, a `StateError` while recording what
+happened (a reply, a definite failure, a claim, a resolution) becomes an
+`UnknownOutcome` naming the key (exit 1): the intent stays, and what the
+plugin said is not recorded.
+
 What is not handled here: which calls resolve which effect (the seams
-decide that: a lookup for an acquire, a reissue for a release), and the
-subject lock, which the verb holds around the whole of it.
+decide that: a lookup for an acquire, a reissue for a release), what the
+hint of an unknown outcome promises (the seam's `remedy`, which knows
+what the plugin's declaration allows), and the subject lock, which the
+verb holds around the whole of it.
 
 Crash points (`MU_CRASH_AT`, see `mu.runtime.crashpoints`):
 `intent-written`, `request-written` and `reply-read`, each narrowed by the
@@ -22,12 +32,12 @@ method (`reply-read@host.acquire`).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from typing import Any, Callable, Dict, Optional
 
-from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, Unanswered, UnknownOutcome
+from mu import environment
+from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, StateError, Unanswered, UnknownOutcome
 from mu.runtime import crashpoints, groups, identity
 from mu.runtime.client import PluginClient
 from mu.runtime.deadline import GRACE_S
@@ -36,18 +46,17 @@ from mu.store import effects as intents
 from mu.store.effects import IntentRecord
 from mu.store.journal import journal
 
-DEFAULT_EFFECT_TIMEOUT_S = 60.0
-
 Record = Callable[[sqlite3.Connection, Any], None]
+# What the hint of an unknown outcome says: how the intent can be resolved,
+# given the intent (its key, its age).  The seam knows what its plugin's
+# declaration allows; without one the hint only names the key.
+Remedy = Callable[[IntentRecord], str]
 
 
 def effect_timeout_s() -> float:
-    """How long an effect call may take (`MU_EFFECT_TIMEOUT_MS`, default 60 s)."""
-    value = os.environ.get("MU_EFFECT_TIMEOUT_MS")
-    try:
-        return int(value) / 1000 if value else DEFAULT_EFFECT_TIMEOUT_S
-    except ValueError:
-        return DEFAULT_EFFECT_TIMEOUT_S
+    """How long an effect call may take (`MU_EFFECT_TIMEOUT_MS`, default 60 s).
+    A malformed value is a `UsageError` (exit 2)."""
+    return environment.effect_timeout_ms() / 1000
 
 
 def perform(
@@ -62,17 +71,21 @@ def perform(
     before: Optional[Callable[[sqlite3.Connection], None]] = None,
     check: Optional[Callable[[Any], str]] = None,
     timeout_s: Optional[float] = None,
+    remedy: Optional[Remedy] = None,
 ) -> Any:
     """Send one effect with its intent record around it.
 
     `before` runs in the transaction that writes the intent (a pending
     record, say); `record` in the one that deletes it after a definite,
     checked reply; `on_failure` in the one that deletes it after a
-    definite failure.  `check` returns what is wrong with a reply, or ""."""
+    definite failure.  `check` returns what is wrong with a reply, or "";
+    `remedy` is the hint of an unknown outcome."""
+    timeout_s = timeout_s or effect_timeout_s()  # a bad knob refuses before anything is written
     client.started()
     process = client.process
     assert process is not None
     group = (process.pgid, groups.start_time(process.pid) or 0.0)
+    # a StateError here passes through: the intent is not written (exit 3)
     with db.transaction() as conn:
         if before is not None:
             before(conn)
@@ -82,7 +95,7 @@ def perform(
         )
     journal().record(f"intent {method} {subject} key={key}", plugin=client.name)
     crashpoints.reach("intent-written", method)
-    return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s)
+    return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s, remedy=remedy)
 
 
 def _send(
@@ -93,39 +106,72 @@ def _send(
     on_failure: Optional[Record],
     check: Optional[Callable[[Any], str]],
     timeout_s: Optional[float],
+    remedy: Optional[Remedy],
 ) -> Any:
     method, subject = intent.method, intent.subject
+    timeout_s = timeout_s or effect_timeout_s()
     try:
-        result = client.call(method, intent.params, timeout_s=timeout_s or effect_timeout_s())
-    except (Permanent, Human, Retryable, Cancelled):
+        result = client.call(method, intent.params, timeout_s=timeout_s)
+    except (Permanent, Human, Retryable, Cancelled) as failure:
         # definite: nothing happened
-        with db.transaction() as conn:
+        def cleared(conn: sqlite3.Connection) -> None:
             intents.delete(conn, intent)
             if on_failure is not None:
                 on_failure(conn, None)
+
+        recorded(intent, cleared, f"the plugin failed it ({failure.message})", remedy)
         journal().record(f"effect {method} {subject} failed; intent cleared", plugin=client.name)
         raise
     except (Unanswered, UnknownOutcome) as e:
         journal().record(f"effect {method} {subject} outcome unknown; intent kept", plugin=client.name)
-        raise unknown(intent, e.message) from None
+        raise unknown(intent, e.message, remedy) from None
     crashpoints.reach("reply-read", method)
     problem = check(result) if check is not None else ""
     if problem:
         journal().record(f"effect {method} {subject} invalid reply; intent kept", plugin=client.name)
-        raise unknown(intent, f"the reply is not valid: {problem}")
-    with db.transaction() as conn:
+        raise unknown(intent, f"the reply is not valid: {problem}", remedy)
+
+    def done(conn: sqlite3.Connection) -> None:
         record(conn, result)
         intents.delete(conn, intent)
+
+    recorded(intent, done, "the plugin answered", remedy)
     journal().record(f"effect {method} {subject} done", plugin=client.name)
     return result
 
 
-def unknown(intent: IntentRecord, why: str) -> UnknownOutcome:
-    return UnknownOutcome(
-        f"{intent.method} on {intent.subject}: outcome unknown: {why}",
-        f"the next mu verb on {intent.subject} resolves it (key {intent.key})",
-        key=intent.key,
-    )
+def recorded(intent: IntentRecord, write: Callable[[sqlite3.Connection], None], what: str,
+             remedy: Optional[Remedy] = None) -> None:
+    """Run `write` in one transaction, about an intent that exists.  When mu's
+    own state fails it (`StateError`: busy, unusable), nothing of it is
+    written and the outcome is unknown: `UnknownOutcome` naming the key."""
+    try:
+        with db.transaction() as conn:
+            write(conn)
+    except StateError as e:
+        journal().record(f"effect {intent.method} {intent.subject}: {what}, but mu could not record it; intent kept",
+                         plugin=intent.plugin)
+        raise unknown(intent, f"{what}, but mu could not record it: {e.message}", remedy) from None
+
+
+def unknown(intent: IntentRecord, why: str, remedy: Optional[Remedy] = None) -> UnknownOutcome:
+    """The error of an effect whose outcome is unknown: exit 1, naming the key."""
+    hint = remedy(intent) if remedy is not None else f"its key is {intent.key}"
+    return UnknownOutcome(f"{intent.method} on {intent.subject}: outcome unknown: {why}", hint, key=intent.key)
+
+
+def busy(intent: IntentRecord) -> None:
+    """Refuse (exit 2) while the invocation that wrote `intent`, or another
+    resolving it, still lives (protocol "Effects and replay")."""
+    me = identity.me()
+    if identity.alive(*intent.writer) and intent.writer != me:
+        raise Refused(
+            f"{intent.subject}: {intent.method} by mu[{intent.writer[0]}] is still under way",
+            "wait for it to finish, then try again",
+        )
+    if intent.resolver is not None and intent.resolver != me and identity.alive(*intent.resolver):
+        raise Refused(f"{intent.subject}: mu[{intent.resolver[0]}] is resolving its {intent.method}",
+                      "wait for it to finish, then try again")
 
 
 class Resolver:
@@ -136,21 +182,18 @@ class Resolver:
     resolver; the seam then asks what it must (`reissue`, or a lookup
     judged with `none_counts`) and calls `done()` or `abandon()`."""
 
-    def __init__(self, client: PluginClient, intent: IntentRecord) -> None:
+    def __init__(self, client: PluginClient, intent: IntentRecord, remedy: Optional[Remedy] = None) -> None:
         self.client = client
         self.intent = intent
+        self.remedy = remedy
 
     def claim(self) -> None:
         intent = self.intent
-        if identity.alive(*intent.writer) and intent.writer != identity.me():
-            raise Refused(
-                f"{intent.subject}: {intent.method} by mu[{intent.writer[0]}] is still under way",
-                "wait for it to finish, then try again",
-            )
-        me = identity.me()
-        if intent.resolver is not None and intent.resolver != me and identity.alive(*intent.resolver):
-            raise Refused(f"{intent.subject}: mu[{intent.resolver[0]}] is resolving its {intent.method}")
-        intents.claim(intent, me)
+        busy(intent)
+        try:
+            intents.claim(intent, identity.me())
+        except StateError as e:
+            raise unknown(intent, f"mu could not claim it: {e.message}", self.remedy) from None
         journal().record(f"resolving {intent.method} {intent.subject} key={intent.key}", plugin=intent.plugin)
 
     def instance_changed(self) -> bool:
@@ -185,11 +228,19 @@ class Resolver:
     def reissue(self, *, record: Record, on_failure: Optional[Record] = None, check=None, timeout_s=None) -> Any:
         """Send the recorded params again (same key), under the same intent."""
         journal().record(f"reissue {self.intent.method} {self.intent.subject} key={self.intent.key}", plugin=self.intent.plugin)
-        return _send(self.client, self.intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s)
+        return _send(self.client, self.intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s,
+                     remedy=self.remedy)
+
+    def unknown(self, why: str) -> UnknownOutcome:
+        """The error for an intent this resolution leaves open."""
+        return unknown(self.intent, why, self.remedy)
 
     def done(self, record: Record, outcome: str) -> None:
         """The effect is resolved as `outcome`: record it, delete the intent."""
-        with db.transaction() as conn:
+
+        def write(conn: sqlite3.Connection) -> None:
             record(conn, None)
             intents.delete(conn, self.intent)
+
+        recorded(self.intent, write, f"it resolved as {outcome}", self.remedy)
         journal().record(f"resolved {self.intent.method} {self.intent.subject}: {outcome}", plugin=self.intent.plugin)

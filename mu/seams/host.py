@@ -7,30 +7,77 @@ acquired or none, and never a release sent to a host mu did not record.
 
 A provider host's identity is `plugin:<name>:<instance>`.  Every call
 about it goes only to the instance it was recorded under; under another,
-nothing is sent (`stop-changed`).
+nothing is sent (`stop-changed`), nothing is proven, and the host is
+recorded `needs-human`: the provider may still hold it (and bill for it).
+
+An intent nothing can resolve (a provider with no lookup, past its dedupe
+window), and a host under a changed instance, wait for a person:
+`settle` records what they found at the provider.  Every hint names only
+a verb that the provider's declaration lets resolve the intent.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
-from mu.errors import Human, NotFound, Permanent, Refused, UnknownOutcome
+from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused, UnknownOutcome
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
 from mu.seams import effects
-from mu.seams.effects import Resolver
+from mu.seams.effects import Remedy, Resolver
 from mu.store import db, hosts, locks, plugins
 from mu.store import effects as intents
-from mu.store.hosts import ProviderHost
+from mu.store.effects import IntentRecord
+from mu.store.hosts import Host, ProviderHost
 from mu.store.journal import journal
 
 
 def provider_client(plugin: str, needed=frozenset({"host"})) -> PluginClient:
+    """A client for the provider `plugin`; `LoadRuleError` (exit 4) when it
+    declares no host seam."""
     record = plugins.get(plugin)
     if "host" in needed and "host" not in record.seams:
-        raise Refused(f"plugin {plugin!r} has no host seam: it cannot acquire hosts", "`mu plugin show` lists its seams")
+        # protocol "Load rules": a seam the registration or a host needs is missing
+        raise LoadRuleError(f"plugin {plugin!r} has no host seam: it cannot provide hosts", "`mu plugin show` lists its seams")
     return PluginClient(plugin, record.argv, recorded=record.handshake, needed_seams=frozenset(needed))
+
+
+def _acquire_caps(plugin: str) -> Dict[str, Any]:
+    """The key capabilities of the provider's `host.acquire`, as recorded."""
+    host_seam = plugins.get(plugin).seams.get("host") or {}
+    return host_seam.get("acquire") or {}
+
+
+def remedy(name: str, caps: Dict[str, Any]) -> Remedy:
+    """The hint for an open intent on host `name`: a verb that resolves it
+    only when the provider's declaration (`caps`) lets one, else
+    `mu host settle`."""
+
+    def hint(intent: IntentRecord) -> str:
+        key, settle = intent.key, hosts.settle_hint(name, intent.key)
+        verbs = f"`mu host acquire {name}` or `mu host release {name}`"
+        if intent.method == "host.release":
+            # protocol "Effects and replay": host.release is reissued
+            return f"`mu host release {name}` sends it again (key {key})"
+        if caps.get("lookup"):
+            if caps.get("fenceKey") or caps.get("inFlightMs") is not None:
+                return f"the next {verbs} looks it up and resolves it (key {key})"
+            # an unfenced none never counts without inFlightMs: only `found` resolves
+            return (f"the next {verbs} looks it up, which resolves it if the host was made (key {key});"
+                    f" if the provider holds none, {settle}")
+        dedupe = caps.get("dedupe") or {}
+        left_ms = int(dedupe.get("windowMs", 0)) - intent.age_ms if dedupe.get("exact") else 0
+        if left_ms > 0:
+            return f"{verbs} within {max(1, left_ms // 1000)} s sends it again (key {key}); after that, {settle}"
+        return f"the provider has no lookup and its dedupe window has passed: {settle}"
+
+    return hint
+
+
+def _auto_name(provider: str) -> str:
+    suffix = uuid7()[-8:]
+    return f"{provider[: hosts.NAME_MAX - len(suffix) - 1]}-{suffix}"
 
 
 def _schema_check(method: str):
@@ -45,11 +92,11 @@ class AcquireOutcome(NamedTuple):
 
 
 def acquire(name: Optional[str], provider: str, params: Dict[str, str]) -> AcquireOutcome:
+    """Acquire a host named `name` (None: a name made from the provider's);
+    an empty or malformed name is refused before anything else."""
+    name = _auto_name(provider) if name is None else name
+    hosts.check_name(name)
     client = provider_client(provider)
-    name = name or f"{provider}-{uuid7()[-8:]}"
-    from mu.runtime.trust import check_name
-
-    check_name(name, "host")
     with locks.subject("host", name):
         resolved = resolve(client, name)
         host = hosts.find(name)
@@ -71,6 +118,7 @@ def acquire(name: Optional[str], provider: str, params: Dict[str, str]) -> Acqui
             record=lambda conn, result: hosts.record_acquired(conn, name, result),
             on_failure=lambda conn, _: hosts.delete(conn, name),
             check=_schema_check("host.acquire"),
+            remedy=remedy(name, _acquire_caps(provider)),
         )
         found = hosts.find(name)
         assert isinstance(found, ProviderHost)
@@ -86,18 +134,24 @@ def resolve(client: PluginClient, name: str) -> str:
         return ""
     if intent.plugin != client.name:
         client = provider_client(intent.plugin)
-    resolver = Resolver(client, intent)
+    resolver = Resolver(client, intent, remedy(name, _acquire_caps(intent.plugin)))
     resolver.claim()
     if resolver.instance_changed():
-        reason = f"stop-changed: recorded under instance {intent.instance!r}, the plugin now answers as {client.instance!r}"
-        resolver.done(lambda conn, _: hosts.set_state(conn, name, "lost", reason), "stop-changed")
-        return "stop-changed"
+        # protocol "Effects and replay": under another instance nothing is
+        # asked or resent (`stop-changed`), and nothing is proven: the host
+        # may exist, so it stays, waiting for a person, and its name with it.
+        reason = (f"stop-changed: its {intent.method} (key {intent.key}) was left under instance {intent.instance!r}"
+                  f" and plugin {client.name} now answers as {client.instance!r}; nothing was asked or sent, and the"
+                  f" provider may still hold the host")
+        resolver.done(lambda conn, _: hosts.set_state(conn, name, "needs-human", reason), "stop-changed")
+        raise Refused(f"host {name} needs a person: {reason}", hosts.settle_hint(name, intent.key))
     if intent.method == "host.release":
         resolver.reissue(record=lambda conn, _: hosts.set_state(conn, name, "released"), check=lambda r: "" if r is None else "release answers null")
         return "released"
     if intent.method == "host.acquire":
         return _resolve_acquire(resolver, name)
-    raise UnknownOutcome(f"{subject}: no rule resolves a leftover {intent.method}", key=intent.key)
+    raise UnknownOutcome(f"{subject}: no rule resolves a leftover {intent.method}", hosts.settle_hint(name, intent.key),
+                         key=intent.key)
 
 
 def _resolve_acquire(resolver: Resolver, name: str) -> str:
@@ -108,20 +162,20 @@ def _resolve_acquire(resolver: Resolver, name: str) -> str:
         answer = client.call("host.lookup", {"target": intent.params["target"], "key": intent.key, "fence": fenced})
         problem = _schema_check("host.lookup")(answer)
         if problem:
-            raise effects.unknown(intent, f"its host.lookup answer is not valid: {problem}")
+            raise resolver.unknown(f"its host.lookup answer is not valid: {problem}")
         if "found" in answer:
             found = answer["found"]
             if _schema_check("host.acquire")(found):
-                raise effects.unknown(intent, "its host.lookup found a result without a valid handle")
+                raise resolver.unknown("its host.lookup found a result without a valid handle")
             resolver.done(lambda conn, _: hosts.record_acquired(conn, name, found), "found")
             return "found: the earlier acquire had made it"
         if "pending" in answer:
-            raise effects.unknown(intent, "the plugin says the acquire is still pending")
+            raise resolver.unknown("the plugin says the acquire is still pending")
         if "unknown" in answer:
-            raise effects.unknown(intent, f"the plugin cannot tell: {answer['unknown']}")
+            raise resolver.unknown(f"the plugin cannot tell: {answer['unknown']}")
         why_not = resolver.none_counts(fenced, caps.get("inFlightMs"))
         if why_not:
-            raise effects.unknown(intent, f"the plugin found nothing, but {why_not}")
+            raise resolver.unknown(f"the plugin found nothing, but {why_not}")
         resolver.done(lambda conn, _: hosts.delete(conn, name), "none")
         return "none: the earlier acquire never happened"
     dedupe = caps.get("dedupe") or {}
@@ -132,7 +186,7 @@ def _resolve_acquire(resolver: Resolver, name: str) -> str:
             check=_schema_check("host.acquire"),
         )
         return "found: the resend inside the dedupe window answered"
-    raise effects.unknown(intent, "the plugin has no lookup and its dedupe window has passed")
+    raise resolver.unknown("the plugin has no lookup and its dedupe window has passed")
 
 
 def _recorded(name: str) -> ProviderHost:
@@ -166,6 +220,8 @@ def release(name: str, force: bool = False) -> str:
             return "released" if resolved == "released" else "already released"
         if host.state == "lost":
             return f"not released: the host is lost ({host.reason or 'gone'})"
+        if host.state == "needs-human":
+            raise hosts.in_use(host)
         if host.state != "ready":
             raise Refused(f"host {name!r} is {host.state}")
         require_instance(client, host)
@@ -194,13 +250,15 @@ def status(name: str) -> StatusOutcome:
     A read: it resolves no leftover intent (that could mean resending an
     effect) and says instead which verb will."""
     host = _recorded(name)
-    if host.state in ("released", "lost"):
+    if host.state in hosts.SETTLED:
         return StatusOutcome(host, host.state, host.reason or "")
+    if host.state == "needs-human":
+        raise Human(f"host {name} needs a person: {host.reason or 'mu cannot tell what the provider holds'}",
+                    hosts.settle_hint(name, host.key))
     pending = intents.pending(host.subject)
     if host.state == "acquiring":
-        key = pending.key if pending else host.key
-        return StatusOutcome(host, "acquiring", f"its acquire's outcome is unknown (key {key}); "
-                             f"`mu host acquire {name}` or `mu host release {name}` resolves it")
+        how = remedy(name, _acquire_caps(host.plugin))(pending) if pending else f"key {host.key}"
+        return StatusOutcome(host, "acquiring", f"its acquire's outcome is unknown: {how}")
     client = provider_client(host.plugin)
     with locks.subject("host", name):
         host = _recorded(name)
@@ -222,3 +280,58 @@ def status(name: str) -> StatusOutcome:
         if state == "needs-human":
             raise Human(f"host {name} needs a person", answer.get("remedy", ""))
         raise Permanent(f"plugin {host.plugin} cannot tell the state of host {name}: {answer.get('reason', '')}")
+
+
+def remove(name: str) -> Host:
+    """Forget a profile, or a provider host that is released or lost; an
+    open intent is refused with the verb that can resolve it."""
+    host = hosts.get(name)
+    pending = intents.pending(host.subject)
+    if pending is not None:
+        how = remedy(name, _acquire_caps(pending.plugin))(pending)
+        raise Refused(f"host {name!r} has an open {pending.method} whose outcome is unknown", how)
+    return hosts.remove(name)
+
+
+def settle(name: str, key: str, exists: bool) -> str:
+    """Record what a person found at the provider about host `name`: it
+    holds the host (`exists`) or not.  Settles the host's open intent, or a
+    `needs-human` host, whose key must be `key`; returns the new state.
+
+    Nothing is sent.  `exists` keeps the host `needs-human` (mu cannot
+    reach it, and the provider may bill for it: it stays listed); its
+    absence records the host `lost`.  Refused (exit 2) for another key, for
+    a host with nothing to settle, and while the intent's writer or a
+    resolver lives."""
+    with locks.subject("host", name):
+        host = _recorded(name)
+        intent = intents.pending(host.subject)
+        if intent is not None:
+            settled, expected = f"open {intent.method}", intent.key
+        elif host.state == "needs-human":
+            settled, expected = "needs-human mark", host.key
+        else:
+            raise Refused(f"host {name} has nothing to settle: it is {host.shown_state()} and has no open effect")
+        if key != expected:
+            raise Refused(f"key {key!r} is not the key of host {name}'s {settled}",
+                          "`mu host list --json` shows the key of each host")
+        if intent is not None:
+            effects.busy(intent)  # protocol "Effects and replay": not while its writer or a resolver lives
+        if exists:
+            state = "needs-human"
+            reason = (f"a person said the provider holds it (key {key}), but mu cannot reach it: release it at the"
+                      f" provider, then settle it again with --absent")
+        else:
+            state, reason = "lost", f"a person said the provider holds no such host (key {key})"
+
+        def write(conn: sqlite3.Connection) -> None:
+            if intent is not None:
+                intents.delete(conn, intent)
+            hosts.set_state(conn, name, state, reason)
+
+        with db.transaction() as conn:  # a StateError here wrote nothing: exit 3, try again
+            write(conn)
+        said = "holds the host" if exists else "holds no such host"
+        journal().record(f"host settle {name} key={key}: a person says the provider {said}; settled its {settled},"
+                         f" host now {state}", plugin=host.plugin)
+    return state

@@ -9,6 +9,13 @@ as the link's `remoteOnTimeout` says (`stopping`: mu waits the grace out,
 still holding the slot, and counts it stopped).  `fetch` deletes
 `FETCH_HEAD` first and proves it afterwards; `push` is followed by mu's
 own `rev-parse` on the host before anyone trusts the commit.
+
+A provider host's state is read under the host's lock when its `Link` is
+made (a release holds that lock for its whole length), so a call that
+raced a finished release is refused (exit 2) rather than sent to a host
+that is gone; do not make a `Link` while holding that lock.  A profile's
+`--fetch` template runs in a process group of its own, killed whole at
+its timeout and after it ends: nothing it started outlives the fetch.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import subprocess
 import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
-from mu.errors import Permanent, Refused, UsageError
+from mu.errors import LoadRuleError, Permanent, Refused, UsageError
+from mu.runtime import groups
 from mu.runtime.client import PluginClient
 from mu.runtime.deadline import GRACE_S, Deadline
 from mu.seams.host import require_instance
@@ -40,18 +48,33 @@ class Run(NamedTuple):
     timed_out_note: str = ""
 
 
+def _ready(host: ProviderHost) -> ProviderHost:
+    """The host as recorded once no acquire or release of it is under way;
+    `Refused` unless it is ready.  The check runs under the host's lock,
+    which an acquire and a release hold for their whole length."""
+    with locks.subject("host", host.name):
+        fresh = hosts.find(host.name)
+    if not isinstance(fresh, ProviderHost) or fresh.key != host.key:
+        raise Refused(f"host {host.name!r} changed while mu waited for it", "try again")
+    if fresh.state == "needs-human":
+        raise hosts.in_use(fresh)
+    if fresh.state != "ready":
+        raise Refused(f"host {host.name!r} is {fresh.shown_state()}: it takes no link call")
+    return fresh
+
+
 class Link:
     """One host's link for this invocation."""
 
     def __init__(self, host: Host) -> None:
-        self.host = host
         record = plugins.get(host.plugin)
         if "link" not in record.seams:
-            raise Refused(f"plugin {host.plugin!r} has no link seam")
+            # protocol "Load rules": a seam the registration or a host needs is missing
+            raise LoadRuleError(f"plugin {host.plugin!r} has no link seam: it cannot reach host {host.name}",
+                                "`mu plugin show` lists its seams")
         self.declared: Dict[str, Any] = record.seams["link"]
         self.client = PluginClient(host.plugin, record.argv, recorded=record.handshake, needed_seams=frozenset({"link"}))
-        if isinstance(host, ProviderHost) and host.state not in ("ready",):
-            raise Refused(f"host {host.name!r} is {host.shown_state()}: it takes no link call")
+        self.host = _ready(host) if isinstance(host, ProviderHost) else host
 
     @classmethod
     def named(cls, name: str) -> "Link":
@@ -135,11 +158,7 @@ class Link:
         if not isinstance(self.host, Profile) or not self.host.fetch:
             raise Refused(f"host {self.host.name}: its link declares fetch: false and the host has no --fetch template")
         command = render_fetch(self.host.fetch, host=self.host.name, remote_cwd=remote_cwd, local_repo=local_repo)
-        try:
-            done = subprocess.run(["sh", "-c", command], cwd=local_repo, capture_output=True, text=True, timeout=timeout_ms / 1000)
-        except subprocess.TimeoutExpired:
-            return Run(None, "", "", False, "timed out")
-        return Run(done.returncode, done.stdout, done.stderr, False)
+        return run_template(command, local_repo, timeout_ms)
 
     def push(self, local_repo: str, remote_repo: str, rev: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """Seed `remote_repo` on the host with commit `rev`, then prove it there."""
@@ -164,6 +183,31 @@ class Link:
         if problem:
             raise Permanent(f"plugin {self.host.plugin}: link.checkSteps answer is not valid: {problem}")
         return result
+
+
+def run_template(command: str, cwd: str, timeout_ms: int) -> Run:
+    """Run a rendered fetch template with `sh -c` in `cwd`, within
+    `timeout_ms`: `Run(None, ...)` when it ran out.  It gets a session (so a
+    process group) of its own and no terminal or stdin, so a prompt fails
+    at once instead of waiting out the timeout; at the timeout, and once it
+    has ended, the whole group is killed: the `git` and `ssh` it started
+    die with it.  A helper that leaves the group (`setsid`, such as an ssh
+    ControlPersist master) is left alone."""
+    proc = subprocess.Popen(["sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_ms / 1000)
+    except BaseException as e:  # the timeout, or a signal that stops mu
+        groups.kill_group(proc.pid)  # its leader is not reaped yet: the group is still ours
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        if isinstance(e, subprocess.TimeoutExpired):
+            return Run(None, "", "", False, "timed out")
+        raise
+    groups.kill_group(proc.pid)  # what it left running in its group
+    return Run(proc.returncode, out, err, False)
 
 
 FETCH_PLACEHOLDERS = ("{host}", "{remoteCwd}", "{localRepo}")

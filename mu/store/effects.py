@@ -7,6 +7,12 @@ sent to, and the writing invocation.  A definite reply deletes the record
 in the same transaction that records the outcome; anything else leaves it
 for the next verb on the subject to resolve.  One subject has at most one
 intent at a time.
+
+The params may hold secrets (`--param token=...`).  Every write to an
+intent record runs with `secure_delete` on, so the bytes of a record that
+is rewritten (a resolver's claim) or deleted are zeroed in the file
+instead of lingering in sqlite's free space: once an intent is resolved,
+its params are nowhere in the database.
 """
 
 from __future__ import annotations
@@ -56,6 +62,12 @@ def _record(row: sqlite3.Row) -> IntentRecord:
     )
 
 
+def _scrubbing(conn: sqlite3.Connection) -> None:
+    # A connection-wide flag, cheap to set again; it must be on before the
+    # first write that could leave a copy of the params behind.
+    conn.execute("PRAGMA secure_delete = ON")
+
+
 def write(
     conn: sqlite3.Connection,
     *,
@@ -69,6 +81,7 @@ def write(
     plugin_group: Tuple[int, float],
 ) -> IntentRecord:
     """Insert an intent inside the caller's transaction."""
+    _scrubbing(conn)
     record = IntentRecord(
         uuid7(), subject, method, key, params, params_digest(params), plugin, instance, writer, plugin_group,
         None, int(time.time() * 1000),
@@ -83,6 +96,7 @@ def write(
 
 
 def delete(conn: sqlite3.Connection, intent: IntentRecord) -> None:
+    _scrubbing(conn)
     conn.execute("DELETE FROM effects WHERE id = ?", (intent.id,))
 
 
@@ -97,6 +111,7 @@ def pending(subject: str, conn: Optional[sqlite3.Connection] = None) -> Optional
 
 def claim(intent: IntentRecord, resolver: Tuple[int, float]) -> None:
     with db.transaction() as conn:
+        _scrubbing(conn)
         conn.execute(
             "UPDATE effects SET resolver_pid = ?, resolver_started = ? WHERE id = ?",
             (resolver[0], resolver[1], intent.id),

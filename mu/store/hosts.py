@@ -3,31 +3,55 @@
 profile or a provider host, never both.
 
 A provider host's state is `acquiring` (its acquire's outcome is not yet
-known), `ready`, `lost` (the provider proved it gone, or its instance
-changed under it) or `released`.  `draining` is not stored: it is derived
-from `deadlineAt` and the margin, at the moment someone reads it.
+known), `ready`, `needs-human` (mu cannot tell whether the provider still
+holds it, or a person said it does but mu cannot reach it: only
+`mu host settle` moves it on), `lost` (the provider, or a person, said it
+is gone) or `released`.  `draining` is not stored: it is derived from
+`deadlineAt` and the margin, at the moment someone reads it.
+
+A host row never holds the `--param` values, which may be secrets: only
+their sha256 (`params_sha256`).  While the acquire is open its intent
+record has the exact params; once it is resolved no copy is left.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
-from mu.errors import NotFound, Refused
+from mu import environment
+from mu.errors import NotFound, Refused, UsageError
+from mu.runtime import trust
 from mu.store import db
+from mu.store.effects import params_digest
 
-DEFAULT_DEADLINE_MARGIN_MS = 10 * 60 * 1000
+# A host's name: mu's name characters (`mu.runtime.trust.check_name`) and at
+# most this many of them, so that it stays readable in a table, a log line
+# and a lock file's name.
+NAME_MAX = 64
+
+# The states in which a name is free again for `add` or `acquire`.
+SETTLED = ("released", "lost")
+
+
+def check_name(name: str) -> None:
+    """Refuse (exit 2) a host name that is empty, too long or not of mu's
+    name characters."""
+    if len(name) > NAME_MAX:
+        raise UsageError(f"host name {name[:20]!r}... is {len(name)} characters long: at most {NAME_MAX} are allowed")
+    trust.check_name(name, "host")  # the empty name fails here
+
+
+def settle_hint(name: str, key: str) -> str:
+    """The remedy for a host only a person can settle."""
+    return (f"check at the provider whether it holds the host, then run `mu host settle {name} --key {key}"
+            f" --exists` or `... --absent`")
 
 
 def deadline_margin_ms() -> int:
-    value = os.environ.get("MU_HOST_DEADLINE_MARGIN_MS")
-    try:
-        return int(value) if value else DEFAULT_DEADLINE_MARGIN_MS
-    except ValueError:
-        return DEFAULT_DEADLINE_MARGIN_MS
+    return environment.host_deadline_margin_ms()
 
 
 def now_ms() -> int:
@@ -40,7 +64,7 @@ class ProviderHost(NamedTuple):
     instance: str
     key: str
     handle: Optional[str]
-    params: Dict[str, str]
+    params_sha256: Optional[str]  # None for a host recorded before mu kept digests
     facts: Dict[str, Any]
     state: str
     reason: Optional[str]
@@ -80,9 +104,10 @@ class ProviderHost(NamedTuple):
             "identity": self.identity,
             "instance": self.instance,
             "handle": self.handle,
+            "key": self.key,
             "state": self.shown_state(),
             "reason": self.reason,
-            "params": self.params,
+            "paramsSha256": self.params_sha256,
             "facts": self.facts,
             "deadlineAt": self.deadline_at,
             "idleReclaimMs": self.idle_reclaim_ms,
@@ -123,7 +148,7 @@ Host = Union[ProviderHost, Profile]
 
 def _provider(row: sqlite3.Row) -> ProviderHost:
     return ProviderHost(
-        row["name"], row["plugin"], row["instance"], row["key"], row["handle"], json.loads(row["params"]),
+        row["name"], row["plugin"], row["instance"], row["key"], row["handle"], row["params_sha256"],
         json.loads(row["facts"]), row["state"], row["reason"], row["deadline_at"], row["idle_reclaim_ms"],
         row["max_jobs"], row["acquired_at"], row["changed_at"],
     )
@@ -164,20 +189,30 @@ def all_hosts() -> List[Host]:
 # -- provider hosts -------------------------------------------------------------
 
 
+def in_use(host: "ProviderHost") -> Refused:
+    """The refusal for a name whose provider host is neither released nor
+    lost, with the remedy its state allows."""
+    if host.state == "needs-human":
+        return Refused(f"host {host.name!r} needs a person: {host.reason or 'mu cannot tell what the provider holds'}",
+                       settle_hint(host.name, host.key))
+    return Refused(f"host {host.name!r} is already {host.shown_state()}", "pick another name, or release it first")
+
+
 def insert_acquiring(conn: sqlite3.Connection, name: str, plugin: str, instance: str, key: str, params: Dict[str, str]) -> None:
+    """Record `name` as acquiring, with the digest of `params` only."""
     existing = find(name, conn)
     if isinstance(existing, Profile):
         raise Refused(f"host {name!r} is a plugin profile", "pick another name")
     if isinstance(existing, ProviderHost):
-        if existing.state not in ("released", "lost"):
-            raise Refused(f"host {name!r} is already {existing.shown_state()}", "pick another name, or release it first")
+        if existing.state not in SETTLED:
+            raise in_use(existing)
         conn.execute("DELETE FROM hosts WHERE name = ?", (name,))
         conn.execute("DELETE FROM trees WHERE host = ?", (name,))
     now = now_ms()
     conn.execute(
-        "INSERT INTO hosts (name, plugin, instance, key, params, state, acquired_at, changed_at)"
+        "INSERT INTO hosts (name, plugin, instance, key, params_sha256, state, acquired_at, changed_at)"
         " VALUES (?, ?, ?, ?, ?, 'acquiring', ?, ?)",
-        (name, plugin, instance, key, json.dumps(params, sort_keys=True), now, now),
+        (name, plugin, instance, key, params_digest(params), now, now),
     )
 
 
@@ -231,7 +266,9 @@ def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> D
 def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str], max_sessions: Optional[int]) -> Profile:
     with db.transaction() as conn:
         existing = find(name, conn)
-        if isinstance(existing, ProviderHost) and existing.state not in ("released", "lost"):
+        if isinstance(existing, ProviderHost) and existing.state not in SETTLED:
+            if existing.state == "needs-human":
+                raise in_use(existing)
             raise Refused(f"host {name!r} is a provider host", "pick another name")
         if isinstance(existing, Profile):
             raise Refused(f"host {name!r} is already a profile (of plugin {existing.plugin!r})", f"run `mu host rm {name}` first")
@@ -251,11 +288,14 @@ def remove(name: str) -> Host:
         if host is None:
             raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
         if conn.execute("SELECT 1 FROM effects WHERE subject = ?", (host.subject,)).fetchone():
-            raise Refused(f"host {name!r} has an effect whose outcome is unknown", f"`mu host release {name}` resolves it")
+            # the seam names the verb that resolves it; this is the last line of defence
+            raise Refused(f"host {name!r} has an effect whose outcome is unknown", f"`mu host status {name}` says what resolves it")
         if isinstance(host, Profile):
             conn.execute("DELETE FROM host_profiles WHERE name = ?", (name,))
         else:
-            if host.state not in ("released", "lost"):
+            if host.state == "needs-human":
+                raise in_use(host)
+            if host.state not in SETTLED:
                 raise Refused(f"host {name!r} is {host.shown_state()}", f"run `mu host release {name}` first")
             delete(conn, name)
     return host

@@ -98,6 +98,17 @@ MIGRATIONS: List[str] = [
         owes_collect INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # 2: a provider host keeps the sha256 of its --param map, never the
+    # values, which may be secrets (an open intent has its own copy).  The
+    # values of hosts recorded before are dropped, their digest unknown
+    # (sqlite has no sha256 of its own), and zeroed in the file: the
+    # `params` column stays, always '{}', since dropping a column needs
+    # sqlite 3.35.
+    """
+    PRAGMA secure_delete = ON;
+    ALTER TABLE hosts ADD COLUMN params_sha256 TEXT;
+    UPDATE hosts SET params = '{}' WHERE params != '{}';
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
