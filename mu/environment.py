@@ -23,6 +23,7 @@ LOCAL_ONLY_VARIABLES = frozenset(
         "MU_CONFIG",
         "MU_TRACE",
         "MU_CRASH_AT",
+        "MU_DB_BUSY_TIMEOUT_MS",
         # an agent's identity and control socket, set by mu inside a pane
         "MU_AGENT",
         "MU_AGENT_WORKSTREAM",
@@ -91,6 +92,17 @@ def milliseconds(
             f"unset it for the default of {default}",
         )
     return value
+
+
+DEFAULT_DB_BUSY_TIMEOUT_MS = 10_000  # how long a write waits for another invocation's write lock
+MAX_DB_BUSY_TIMEOUT_MS = 3_600_000
+
+
+def db_busy_timeout_ms(environ: Optional[Mapping[str, str]] = None) -> int:
+    """How long a database write waits for another invocation's write lock
+    (`MU_DB_BUSY_TIMEOUT_MS`, 0 ms to an hour, default 10 s)."""
+    return milliseconds("MU_DB_BUSY_TIMEOUT_MS", DEFAULT_DB_BUSY_TIMEOUT_MS, maximum=MAX_DB_BUSY_TIMEOUT_MS,
+                        environ=environ)
 
 
 def effect_timeout_ms(environ: Optional[Mapping[str, str]] = None) -> int:

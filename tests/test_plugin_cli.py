@@ -170,23 +170,26 @@ def test_add_refuses_a_channel_name_another_plugin_holds(plugin_dir, isolated):
 
 
 @pytest.mark.parametrize(
-    "table, row",
+    "table, row, remedy",
     [
-        ("host_profiles", "INSERT INTO host_profiles (name, plugin, added_at) VALUES ('box', 'fake', 0)"),
+        ("host_profiles", "INSERT INTO host_profiles (name, plugin, added_at) VALUES ('box', 'fake', 0)",
+         "(`mu host rm box` forgets it)"),
         ("hosts", "INSERT INTO hosts (name, plugin, instance, key, state, acquired_at, changed_at)"
-                  " VALUES ('h1', 'fake', 'i', 'k', 'ready', 0, 0)"),
-        ("jobs", "INSERT INTO jobs (token, plugin, instance) VALUES ('t1', 'fake', 'i')"),
+                  " VALUES ('h1', 'fake', 'i', 'k', 'ready', 0, 0)", "(`mu host release h1` then `mu host rm h1`)"),
+        ("jobs", "INSERT INTO jobs (token, plugin, instance) VALUES ('t1', 'fake', 'i')", "(stop the job first)"),
         ("effects", "INSERT INTO effects (id, key, method, params, params_sha256, plugin, instance, subject, writer_pid,"
                     " writer_started, plugin_pgid, plugin_started, written_at)"
-                    " VALUES ('e1', 'k1', 'host.acquire', '{}', 'x', 'fake', 'i', 'host:h', 1, 0, 1, 0, 0)"),
+                    " VALUES ('e1', 'k1', 'host.acquire', '{}', 'x', 'fake', 'i', 'host:h', 1, 0, 1, 0, 0)",
+         "(`mu host status` on it says what resolves it)"),
     ],
 )
-def test_rm_is_refused_while_a_record_names_the_plugin(fake, isolated, table, row):
+def test_rm_is_refused_while_a_record_names_the_plugin(fake, isolated, table, row, remedy):
     assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
     with sqlite3.connect(db_file(isolated)) as conn:
         conn.execute(row)
     out = run_mu("plugin", "rm", "fake")
     assert out.returncode == 2 and "in use" in out.stderr
+    assert out.stderr.splitlines()[-1] == remedy  # a verb that helps, never "remove the effect first"
     assert plugin_rows(isolated)
 
 

@@ -280,7 +280,6 @@ def test_a_malformed_busy_timeout_is_bad_input(isolated, value):
     assert not isolated.exists() or not (isolated / "mu.db").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="needs MU_DB_BUSY_TIMEOUT_MS added to LOCAL_ONLY_VARIABLES in mu/environment.py")
 def test_the_busy_timeout_is_a_local_only_variable():
     # README and mu(1) list it with the variables that never reach a plugin
     from mu import environment

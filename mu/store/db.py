@@ -42,12 +42,8 @@ import time
 from typing import Iterator, NoReturn, Optional
 
 from mu import environment
-from mu.errors import DatabaseBusy, MuError, StateError, UsageError
+from mu.errors import DatabaseBusy, MuError, StateError
 from mu.store.migrations import LATEST, MIGRATIONS
-
-BUSY_TIMEOUT_MS = 10_000  # the default wait for another invocation's write lock
-BUSY_TIMEOUT_VARIABLE = "MU_DB_BUSY_TIMEOUT_MS"
-MAX_BUSY_TIMEOUT_MS = 3_600_000
 
 _lock = threading.RLock()
 _shared: Optional[sqlite3.Connection] = None
@@ -55,19 +51,9 @@ _shared_path: Optional[str] = None
 
 
 def busy_timeout_ms() -> int:
-    """How long a write waits for another invocation's write lock:
-    `MU_DB_BUSY_TIMEOUT_MS`, else 10 s.  A value that is not a whole number
-    of milliseconds up to an hour is a `UsageError` (exit 2)."""
-    # Read here until mu/environment.py grows a reader for it.
-    text = os.environ.get(BUSY_TIMEOUT_VARIABLE, "")
-    if text == "":
-        return BUSY_TIMEOUT_MS
-    if not (text.isascii() and text.isdigit()) or int(text) > MAX_BUSY_TIMEOUT_MS:
-        raise UsageError(
-            f"{BUSY_TIMEOUT_VARIABLE} is {text!r}: it must be a whole number of milliseconds from 0 to {MAX_BUSY_TIMEOUT_MS}",
-            f"unset it for the default of {BUSY_TIMEOUT_MS}",
-        )
-    return int(text)
+    """How long a write waits for another invocation's write lock; a
+    malformed `MU_DB_BUSY_TIMEOUT_MS` is a `UsageError` (exit 2)."""
+    return environment.db_busy_timeout_ms()
 
 
 def connect(path: Optional[str] = None) -> sqlite3.Connection:
@@ -99,6 +85,9 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
             _enter_wal(conn, wait_ms)
             _migrate(conn, path)
             conn.execute("PRAGMA synchronous = NORMAL")
+            # protocol "Secrets": a deleted intent's params must not linger
+            # in the file's free pages, whatever sqlite was built with
+            conn.execute("PRAGMA secure_delete = ON")
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.Error):
@@ -314,7 +303,7 @@ def _raise_typed(e: sqlite3.Error, path: str, wait_ms: int) -> NoReturn:
     if _is_busy(e):
         raise DatabaseBusy(
             f"the database {path} is busy: another process held its write lock for over {wait_ms / 1000:g} s",
-            f"nothing was written; try again, or set {BUSY_TIMEOUT_VARIABLE} to wait longer",
+            "nothing was written; try again, or set MU_DB_BUSY_TIMEOUT_MS to wait longer",
         ) from None
     if not _is_state(e):
         raise e

@@ -124,10 +124,10 @@ def register(
 # protocol "Registration and trust": rm is refused while one of these names it.
 # (What each consumer needs of a new declaration is mu.seams.consumers.)
 CONSUMERS = (
-    ("host_profiles", "name", "host profile"),
-    ("hosts", "name", "host"),
-    ("jobs", "token", "job"),
-    ("effects", "key", "effect"),
+    ("host_profiles", "name", "host profile", "`mu host rm {}` forgets it"),
+    ("hosts", "name", "host", "`mu host release {0}` then `mu host rm {0}`"),
+    ("jobs", "token", "job", "stop the job first"),
+    ("effects", "subject", "open intent on", "`mu host status` on it says what resolves it"),
 )
 
 
@@ -135,8 +135,9 @@ def remove(name: str) -> None:
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM plugins WHERE name = ?", (name,)).fetchone() is None:
             raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
-        for table, column, what in CONSUMERS:
+        for table, column, what, remedy in CONSUMERS:
             row = conn.execute(f"SELECT {column} FROM {table} WHERE plugin = ? LIMIT 1", (name,)).fetchone()
             if row is not None:
-                raise Refused(f"plugin {name!r} is in use: {what} {row[0]!r} names it", f"remove the {what} first")
+                subject = str(row[0]).split(":", 1)[-1]  # an intent's subject is "host:<name>"
+                raise Refused(f"plugin {name!r} is in use: {what} {subject!r} names it", remedy.format(subject))
         conn.execute("DELETE FROM plugins WHERE name = ?", (name,))
