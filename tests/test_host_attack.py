@@ -411,6 +411,22 @@ def test_an_exec_that_raced_a_release_reads_the_state_under_the_hosts_lock(provi
     assert "box" in err and "released" in err and "takes no link call" in err
 
 
+def test_a_release_waits_for_a_link_call_under_way(provider, tmp_path):
+    # The exec holds the host's lock shared for its whole call: a release
+    # that starts meanwhile waits for it, so no call runs on a host that a
+    # release has begun to take away.
+    provider()
+    assert run_mu("host", "acquire", "box", "--provider", "fake", env={"FAKE_RESULT_HOST_ACQUIRE": HANDLE}).returncode == 0
+    log = tmp_path / "exec.log"
+    racer = start_mu("host", "exec", "box", "--", "echo hi", env={"FAKE_ON_LINK_EXEC": "slow:1500", "FAKE_LOG": str(log)})
+    wait_for(lambda: any(m.get("method") == "link.exec" for m in received(log)), timeout=10, what="the exec's call")
+    released = run_mu("host", "release", "box", env={"FAKE_RESULT_HOST_RELEASE": "null"})
+    assert racer.poll() is not None, "the release finished while the exec's call was under way"
+    out, err = racer.communicate(timeout=30)
+    assert racer.returncode == 0, out + err
+    assert released.returncode == 0, released.stderr
+
+
 # -- knobs ------------------------------------------------------------------------
 
 

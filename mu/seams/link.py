@@ -50,10 +50,9 @@ class Run(NamedTuple):
 
 def _ready(host: ProviderHost) -> ProviderHost:
     """The host as recorded once no acquire or release of it is under way;
-    `Refused` unless it is ready.  The check runs under the host's lock,
-    which an acquire and a release hold for their whole length."""
-    with locks.subject("host", host.name):
-        fresh = hosts.find(host.name)
+    `Refused` unless it is ready.  The caller holds the host's lock (shared),
+    which an acquire and a release hold exclusively for their whole length."""
+    fresh = hosts.find(host.name)
     if not isinstance(fresh, ProviderHost) or fresh.key != host.key:
         raise Refused(f"host {host.name!r} changed while mu waited for it", "try again")
     if fresh.state == "needs-human":
@@ -74,7 +73,10 @@ class Link:
                                 "`mu plugin show` lists its seams")
         self.declared: Dict[str, Any] = record.seams["link"]
         self.client = PluginClient(host.plugin, record.argv, recorded=record.handshake, needed_seams=frozenset({"link"}))
-        self.host = _ready(host) if isinstance(host, ProviderHost) else host
+        self.host = host
+        if isinstance(host, ProviderHost):
+            with locks.subject("host", host.name, shared=True):
+                self.host = _ready(host)  # refused early, before any plugin starts
 
     @classmethod
     def named(cls, name: str) -> "Link":
@@ -90,10 +92,16 @@ class Link:
 
     @contextlib.contextmanager
     def _slot(self, deadline: Deadline) -> Iterator[None]:
-        if self.declared.get("slots") != "mu":
-            yield
-            return
-        with locks.slot(self.host.name, self.slot_count(), deadline):
+        """A free slot, when mu counts them; for a provider host also its lock,
+        shared, for the whole call: a release cannot begin while the call
+        is under way, nor the call while a release is (the state is read
+        again under the lock)."""
+        with contextlib.ExitStack() as held:
+            if isinstance(self.host, ProviderHost):
+                held.enter_context(locks.subject("host", self.host.name, deadline, shared=True))
+                self.host = _ready(self.host)
+            if self.declared.get("slots") == "mu":
+                held.enter_context(locks.slot(self.host.name, self.slot_count(), deadline))
             yield
 
     def slot_count(self) -> int:

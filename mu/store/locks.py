@@ -2,7 +2,7 @@
 
 A subject lock (an agent, a host, a job) serialises the effects on one
 subject across concurrent mu invocations; a slot is one of a host's
-`--max-sessions` link channels.  Both are `flock` locks (filelock), which
+`--max-sessions` link channels.  Both are `flock` locks, which
 the kernel drops when their holder dies, however it dies: a dead holder
 never blocks anyone.  The sqlite transaction still makes each record
 change atomic; a lock only orders whole verbs.
@@ -20,6 +20,7 @@ that cannot be made or written is a `StateError` naming it (exit 3).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -73,21 +74,32 @@ def _unusable(path: str, e: OSError) -> StateError:
 
 
 @contextlib.contextmanager
-def subject(kind: str, name: str, deadline: Optional[Deadline] = None) -> Iterator[None]:
+def subject(kind: str, name: str, deadline: Optional[Deadline] = None, *, shared: bool = False) -> Iterator[None]:
     """Hold the lock of one subject (e.g. `host`, `box`) until the block ends;
-    `Refused` (exit 2) when another invocation holds it past `deadline`."""
-    from filelock import FileLock, Timeout
+    `Refused` (exit 2) when another invocation holds it past `deadline`.
 
+    `shared`: many holders at once, none while an exclusive holder has it
+    (a link call holds its host shared, so a release, which holds it
+    exclusively, waits for the calls under way and no call starts under a
+    release).  filelock has no shared mode, so subjects are `flock`ed here
+    directly; both kinds of holder are one open file each, which the
+    kernel unlocks when the holder dies.  Not reentrant: a holder that
+    asks again for a lock it holds waits for itself until `deadline`."""
     deadline = deadline or Deadline.after(30.0)
-    lock = FileLock(_lock_path(kind, name), timeout=deadline.remaining(), poll_interval=POLL_S)
+    fd = os.open(_lock_path(kind, name), os.O_RDWR | os.O_CLOEXEC)
     try:
-        lock.acquire()
-    except Timeout:
-        raise Refused(f"{kind} {name} is busy: another mu invocation holds it", "try again when it is done") from None
-    try:
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline.expired:
+                    raise Refused(f"{kind} {name} is busy: another mu invocation holds it", "try again when it is done") from None
+                time.sleep(POLL_S)
         yield
     finally:
-        lock.release()
+        os.close(fd)  # closing the only descriptor drops the lock
 
 
 @contextlib.contextmanager
