@@ -68,7 +68,7 @@ def body(opts: harness.Options) -> None:
         return harness.timed(write)
 
     from mu.runtime import identity
-    from mu.store import effects
+    from mu.store import intents as effects
 
     me = identity.me()
     intent_params = json.loads(params)

@@ -21,15 +21,16 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Dict, NamedTuple, Optional
 
-from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused, UnknownOutcome
+from mu.effects import engine
+from mu.effects.engine import Remedy, Resolver
+from mu.effects.resolve import Outcomes
+from mu.effects.resolve import resolve as resolve_by_rule
+from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
-from mu.seams import effects
-from mu.seams.effects import Remedy, Resolver
-from mu.store import db, hosts, locks, plugins
-from mu.store import effects as intents
-from mu.store.effects import IntentRecord
+from mu.store import db, hosts, intents, locks, plugins
 from mu.store.hosts import Host, ProviderHost
+from mu.store.intents import IntentRecord
 from mu.store.journal import journal
 
 
@@ -108,7 +109,7 @@ def acquire(name: Optional[str], provider: str, params: Dict[str, str]) -> Acqui
         def before(conn: sqlite3.Connection) -> None:
             hosts.insert_acquiring(conn, name, provider, client.instance, key, params)
 
-        effects.perform(
+        engine.perform(
             client,
             subject=f"host:{name}",
             method="host.acquire",
@@ -136,57 +137,27 @@ def resolve(client: PluginClient, name: str) -> str:
         client = provider_client(intent.plugin)
     resolver = Resolver(client, intent, remedy(name, _acquire_caps(intent.plugin)))
     resolver.claim()
-    if resolver.instance_changed():
-        # protocol "Effects and replay": under another instance nothing is
-        # asked or resent (`stop-changed`), and nothing is proven: the host
-        # may exist, so it stays, waiting for a person, and its name with it.
-        reason = (f"stop-changed: its {intent.method} (key {intent.key}) was left under instance {intent.instance!r}"
-                  f" and plugin {client.name} now answers as {client.instance!r}; nothing was asked or sent, and the"
-                  f" provider may still hold the host")
-        resolver.done(lambda conn, _: hosts.set_state(conn, name, "needs-human", reason), "stop-changed")
-        raise Refused(f"host {name} needs a person: {reason}", hosts.settle_hint(name, intent.key))
-    if intent.method == "host.release":
-        resolver.reissue(record=lambda conn, _: hosts.set_state(conn, name, "released"), check=lambda r: "" if r is None else "release answers null")
-        return "released"
-    if intent.method == "host.acquire":
-        return _resolve_acquire(resolver, name)
-    raise UnknownOutcome(f"{subject}: no rule resolves a leftover {intent.method}", hosts.settle_hint(name, intent.key),
-                         key=intent.key)
+    caps = client.started()["seams"]["host"].get("acquire") or {}
 
+    def changed(conn: sqlite3.Connection, reason: str) -> None:
+        # Nothing is proven under another instance: the provider may still
+        # hold the host (and bill for it), so it waits for a person.
+        hosts.set_state(conn, name, "needs-human", f"{reason}; the provider may still hold the host")
 
-def _resolve_acquire(resolver: Resolver, name: str) -> str:
-    intent, client = resolver.intent, resolver.client
-    caps = client.handshake["seams"]["host"]["acquire"] if client.handshake else {}
-    if caps.get("lookup"):
-        fenced = bool(caps.get("fenceKey"))
-        answer = client.call("host.lookup", {"target": intent.params["target"], "key": intent.key, "fence": fenced})
-        problem = _schema_check("host.lookup")(answer)
-        if problem:
-            raise resolver.unknown(f"its host.lookup answer is not valid: {problem}")
-        if "found" in answer:
-            found = answer["found"]
-            if _schema_check("host.acquire")(found):
-                raise resolver.unknown("its host.lookup found a result without a valid handle")
-            resolver.done(lambda conn, _: hosts.record_acquired(conn, name, found), "found")
-            return "found: the earlier acquire had made it"
-        if "pending" in answer:
-            raise resolver.unknown("the plugin says the acquire is still pending")
-        if "unknown" in answer:
-            raise resolver.unknown(f"the plugin cannot tell: {answer['unknown']}")
-        why_not = resolver.none_counts(fenced, caps.get("inFlightMs"))
-        if why_not:
-            raise resolver.unknown(f"the plugin found nothing, but {why_not}")
-        resolver.done(lambda conn, _: hosts.delete(conn, name), "none")
-        return "none: the earlier acquire never happened"
-    dedupe = caps.get("dedupe") or {}
-    if dedupe.get("exact") and intent.age_ms < int(dedupe.get("windowMs", 0)):
-        resolver.reissue(
-            record=lambda conn, result: hosts.record_acquired(conn, name, result),
-            on_failure=lambda conn, _: hosts.delete(conn, name),
-            check=_schema_check("host.acquire"),
-        )
-        return "found: the resend inside the dedupe window answered"
-    raise resolver.unknown("the plugin has no lookup and its dedupe window has passed")
+    outcome = resolve_by_rule(resolver, Outcomes(
+        caps=caps,
+        lookup="host.lookup",
+        check_start=_schema_check("host.acquire"),
+        check_lookup=_schema_check("host.lookup"),
+        found=lambda conn, result: hosts.record_acquired(conn, name, result),
+        none=lambda conn, _: hosts.delete(conn, name),
+        stopped=lambda conn, _: hosts.set_state(conn, name, "released"),
+        changed=changed,
+    ))
+    if outcome == "stop-changed":
+        host = hosts.find(name)
+        raise Refused(f"host {name} needs a person: {host.reason if host else outcome}", hosts.settle_hint(name, intent.key))
+    return outcome
 
 
 def _recorded(name: str) -> ProviderHost:
@@ -226,7 +197,7 @@ def release(name: str, force: bool = False) -> str:
             raise Refused(f"host {name!r} is {host.state}")
         require_instance(client, host)
         del force  # live agents come with the agent verbs; nothing uses a host yet
-        effects.perform(
+        engine.perform(
             client,
             subject=host.subject,
             method="host.release",
@@ -316,7 +287,7 @@ def settle(name: str, key: str, exists: bool) -> str:
             raise Refused(f"key {key!r} is not the key of host {name}'s {settled}",
                           "`mu host list --json` shows the key of each host")
         if intent is not None:
-            effects.busy(intent)  # protocol "Effects and replay": not while its writer or a resolver lives
+            engine.busy(intent)  # protocol "Effects and replay": not while its writer or a resolver lives
         if exists:
             state = "needs-human"
             reason = (f"a person said the provider holds it (key {key}), but mu cannot reach it: release it at the"

@@ -25,7 +25,7 @@ from mu import environment
 from mu.errors import NotFound, Refused, UsageError
 from mu.runtime import trust
 from mu.store import db
-from mu.store.effects import params_digest
+from mu.store.intents import params_digest
 
 # A host's name: mu's name characters (`mu.runtime.trust.check_name`) and at
 # most this many of them, so that it stays readable in a table, a log line

@@ -19,8 +19,8 @@ happened (a reply, a definite failure, a claim, a resolution) becomes an
 `UnknownOutcome` naming the key (exit 1): the intent stays, and what the
 plugin said is not recorded.
 
-What is not handled here: which calls resolve which effect (the seams
-decide that: a lookup for an acquire, a reissue for a release), what the
+What is not handled here: which calls resolve which effect (the table in
+`mu.effects.resolve`: a lookup for a start, a reissue for a stop), what the
 hint of an unknown outcome promises (the seam's `remedy`, which knows
 what the plugin's declaration allows), and the subject lock, which the
 verb holds around the whole of it.
@@ -41,9 +41,8 @@ from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, StateErro
 from mu.runtime import crashpoints, groups, identity
 from mu.runtime.client import PluginClient
 from mu.runtime.deadline import GRACE_S
-from mu.store import db
-from mu.store import effects as intents
-from mu.store.effects import IntentRecord
+from mu.store import db, intents
+from mu.store.intents import IntentRecord
 from mu.store.journal import journal
 
 Record = Callable[[sqlite3.Connection, Any], None]

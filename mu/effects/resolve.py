@@ -1,0 +1,113 @@
+"""The protocol's resolution rules, one per effect method.
+
+protocol "Effects and replay": after a crash, a timeout or
+`unknown-outcome`, the next verb on the subject resolves the leftover
+intent before it does anything else:
+
+- under another `instance`, nothing is asked or resent (`stop-changed`);
+- a stop or a release is reissued (`reissue`);
+- a start or an acquire is looked up when the plugin declares `lookup`,
+  else resent with the identical params while an exact dedupe window is
+  open (`start`); a `none` counts only once the writer and the plugin
+  process it called are proven gone, and the lookup was fenced or
+  `inFlightMs` has passed; a `handle: "file"` kind never acts on it.
+
+`RULES` maps each effect method to its rule.  A seam describes its subject
+with `Outcomes` (what to record for each way an effect can resolve) and
+calls `resolve()`; the channels' deliveries add their receipt rule here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Callable, Dict, NamedTuple
+
+from mu.effects.engine import Record, Resolver
+
+Check = Callable[[Any], str]  # "" when a result is valid, else what is wrong
+
+
+def _null_only(result: Any) -> str:
+    return "" if result is None else "it answers something other than null"
+
+
+class Outcomes(NamedTuple):
+    """What one seam records when an effect on its subject resolves."""
+
+    caps: Dict[str, Any]  # the start method's key capabilities: lookup, fenceKey, inFlightMs, dedupe
+    lookup: str  # the lookup method, e.g. "host.lookup"
+    check_start: Check  # a start's result, or a lookup's `found`
+    check_lookup: Check  # a lookup's whole answer
+    found: Record  # the start happened: record its result
+    none: Record  # the start never happened: undo what mu wrote before it
+    stopped: Record  # a reissued stop or release answered
+    changed: Callable[[sqlite3.Connection, str], None]  # stop-changed, with the reason
+    never_none: bool = False  # a `handle: "file"` kind never acts on a lookup's `none`
+    check_stop: Check = _null_only
+
+
+def resolve(resolver: Resolver, outcomes: Outcomes) -> str:
+    """Resolve `resolver`'s claimed intent by its method's rule; returns what
+    happened ("stop-changed", "released", "found: ...", "none: ...").  An
+    intent that stays open raises `UnknownOutcome` naming its key."""
+    intent = resolver.intent
+    if resolver.instance_changed():
+        reason = (f"stop-changed: its {intent.method} (key {intent.key}) was left under instance {intent.instance!r}"
+                  f" and plugin {resolver.client.name} now answers as {resolver.client.instance!r}; nothing was asked"
+                  f" or sent")
+        resolver.done(lambda conn, _: outcomes.changed(conn, reason), "stop-changed")
+        return "stop-changed"
+    rule = RULES.get(intent.method)
+    if rule is None:
+        raise resolver.unknown(f"no rule resolves a leftover {intent.method}")
+    return rule(resolver, outcomes)
+
+
+def _reissue(resolver: Resolver, outcomes: Outcomes) -> str:
+    # protocol "Effects and replay": job.stop and host.release are reissued
+    resolver.reissue(record=outcomes.stopped, check=outcomes.check_stop)
+    return "released" if resolver.intent.method == "host.release" else "stopped"
+
+
+def _start(resolver: Resolver, outcomes: Outcomes) -> str:
+    intent, client, caps = resolver.intent, resolver.client, outcomes.caps
+    if caps.get("lookup"):
+        fenced = bool(caps.get("fenceKey"))
+        answer = client.call(outcomes.lookup, {"target": intent.params["target"], "key": intent.key, "fence": fenced})
+        problem = outcomes.check_lookup(answer)
+        if problem:
+            raise resolver.unknown(f"its {outcomes.lookup} answer is not valid: {problem}")
+        if "found" in answer:
+            found = answer["found"]
+            problem = outcomes.check_start(found)
+            if problem:
+                raise resolver.unknown(f"its {outcomes.lookup} found a result that is not valid: {problem}")
+            resolver.done(lambda conn, _: outcomes.found(conn, found), "found")
+            return "found: the earlier start had happened"
+        if "pending" in answer:
+            raise resolver.unknown("the plugin says it is still pending")
+        if "unknown" in answer:
+            raise resolver.unknown(f"the plugin cannot tell: {answer['unknown']}")
+        if outcomes.never_none:
+            raise resolver.unknown("the plugin found nothing, but a file-handle kind never acts on none")
+        why_not = resolver.none_counts(fenced, caps.get("inFlightMs"))
+        if why_not:
+            raise resolver.unknown(f"the plugin found nothing, but {why_not}")
+        resolver.done(outcomes.none, "none")
+        return "none: the earlier start never happened"
+    dedupe = caps.get("dedupe") or {}
+    if dedupe.get("exact") and intent.age_ms < int(dedupe.get("windowMs", 0)):
+        # inside the window the identical params return the first result
+        resolver.reissue(record=outcomes.found, on_failure=outcomes.none, check=outcomes.check_start)
+        return "found: the resend inside the dedupe window answered"
+    raise resolver.unknown("the plugin has no lookup and its dedupe window has passed")
+
+
+Rule = Callable[[Resolver, Outcomes], str]
+
+RULES: Dict[str, Rule] = {
+    "host.acquire": _start,
+    "job.start": _start,
+    "host.release": _reissue,
+    "job.stop": _reissue,
+}
