@@ -41,10 +41,7 @@ from typing import AbstractSet
 
 from mu import schema
 from mu.errors import LoadRuleError
-
-#: mu's protocol range, sent in `initialize` (protocol "Handshake").
-PROTOCOL_MIN = 1
-PROTOCOL_MAX = 1
+from mu.protocol.constants import PROTOCOL_MAX, PROTOCOL_MIN
 
 _RULES = '(protocol "Load rules")'
 

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, table
 from mu.errors import CallError, LoadRuleError, Refused, UnknownOutcome, UsageError
+from mu.protocol.constants import EXECUTABLE_PREFIX
 from mu.runtime import trust
 from mu.seams import consumers
 from mu.store import hosts, plugins
@@ -43,7 +44,7 @@ _LINK_ACTS = frozenset({"link.exec", "link.fetch", "link.push"})
 DEFAULT_HOST = "default"
 
 # protocol "Registration and trust": the executable is mu-plugin-<name>
-PLUGIN_PREFIX = "mu-plugin-"
+PLUGIN_PREFIX = EXECUTABLE_PREFIX
 
 
 def run(args: Dict[str, Any]) -> int:

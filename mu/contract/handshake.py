@@ -18,9 +18,10 @@ from typing import Any, Dict
 from mu import declaration, schema
 from mu.contract.registry import Fail, Skip, check
 from mu.errors import LoadRuleError, MuError
+from mu.protocol.constants import EXECUTABLE_PREFIX
 from mu.runtime import trust
 
-PREFIX = "mu-plugin-"
+PREFIX = EXECUTABLE_PREFIX
 
 
 @check("trust", section="Registration and trust", stage="load",

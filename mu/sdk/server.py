@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+from mu.protocol.constants import PROTOCOL_MAX
 from mu.schema import schema_digest
 from mu.sdk.call import Call, Watch, is_int
 from mu.sdk.errors import (
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
     from mu.sdk.plugin import Plugin
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = PROTOCOL_MAX  # the one version this SDK speaks
 RESERVED_METHODS = ("initialize", "shutdown", "$/cancel")  # served here, never by a handler
 EXIT_GRACE_S = 4.0  # protocol "Process": gone within 5 s of EOF; keep a margin for exit itself
 

@@ -28,12 +28,14 @@ import select
 import sys
 import threading
 
+from mu.protocol.constants import MAX_MESSAGE_BYTES
+
 TYPE_CHECKING = False  # typing stays off the start-up path
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Optional
 
-# protocol "Transport": at most 1 MiB a message; we count the newline too.
-MAX_LINE_BYTES = 1 << 20
+# protocol "Transport": a line is a message of at most 1 MiB and its newline.
+MAX_LINE_BYTES = MAX_MESSAGE_BYTES + 1
 _READ_CHUNK = 1 << 16
 
 
@@ -160,11 +162,11 @@ class Wire:
                 if dropping:
                     dropping = False  # the tail of an overlong line
                     continue
-                if len(line) + 1 > MAX_LINE_BYTES:
+                if len(line) > MAX_MESSAGE_BYTES:
                     note("dropped a line of %d bytes, over the 1 MiB limit" % len(line))
                     continue
                 yield line
-            if not dropping and len(pending) + 1 > MAX_LINE_BYTES:
+            if not dropping and len(pending) > MAX_MESSAGE_BYTES:
                 note("dropping a line over the 1 MiB limit")
                 dropping = True
             if dropping:

@@ -1,0 +1,24 @@
+"""The protocol's fixed numbers and names (mu-plugin-protocol(7)).
+
+Every module that enforces one of these takes it from here, so mu, its
+SDK and its contract suite cannot drift apart.
+"""
+
+#: protocol "Handshake": the versions mu offers in `initialize`, and the
+#: one the SDK speaks.
+PROTOCOL_MIN = 1
+PROTOCOL_MAX = 1
+PROTOCOL_RANGE = {"min": PROTOCOL_MIN, "max": PROTOCOL_MAX}
+
+#: protocol "Transport": a message is one JSON object on one line of at
+#: most 1 MiB.  The message is the JSON text; the newline that ends the
+#: line is the separator and does not count.
+MAX_MESSAGE_BYTES = 1 << 20
+
+#: protocol "Transport": stderr's first line may appear in an error, cut
+#: to this many characters.
+STDERR_KEEP_CHARS = 400
+
+#: protocol "Registration and trust": the executable's basename is the
+#: prefix followed by the registered name.
+EXECUTABLE_PREFIX = "mu-plugin-"
