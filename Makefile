@@ -18,7 +18,7 @@ demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh examples/demo.sh
 
 test: $(BIN)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello examples/mu-plugin-local tests/hostile/mu-plugin-*
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello examples/mu-plugin-local examples/mu-demo-agent tests/hostile/mu-plugin-*
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(BIN)/.installed

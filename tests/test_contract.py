@@ -52,6 +52,12 @@ LINK_PASSES = {
 }
 
 
+#: What the local provider passes beyond a link's checks, in either view mode.
+HOST_AND_JOB = {"host.acquire", "host.acquire.dedupe", "host.lookup", "host.status", "host.release",
+                "job.start", "job.start.dedupe", "job.lookup", "job.runs", "job.status", "job.attach", "job.stop",
+                "link.fetch", "link.push"}
+
+
 def suite(*args: str, env=None, timeout: float = 90):
     """`mu plugin test --json <args>`: the process and its document."""
     out = run_mu("plugin", "test", "--json", *args, env=env, timeout=timeout)
@@ -99,11 +105,21 @@ def test_node_example_passes(tmp_path):
 def test_local_provider_passes(tmp_path):
     root = tmp_path / "local"
     out, document = suite("--param", "ttl_ms=3600000", "--", str(LOCAL), "--root", str(root))
-    host_and_job = {"host.acquire", "host.acquire.dedupe", "host.lookup", "host.status", "host.release",
-                    "job.start", "job.start.dedupe", "job.lookup", "job.status", "job.attach", "job.stop",
-                    "link.fetch", "link.push"}
-    assert_passes(out, document, LINK_PASSES | host_and_job)
+    assert_passes(out, document, LINK_PASSES | HOST_AND_JOB)
     # the host it acquired was released: its folder is gone
+    assert not list((root / "hosts").iterdir())
+
+
+def test_local_provider_passes_with_detached_jobs(tmp_path):
+    # a second registration of the same file, by a symlink: its basename is its name
+    link = tmp_path / "mu-plugin-local-detached"
+    link.symlink_to(LOCAL)
+    root = tmp_path / "local"
+    out, document = suite("--", str(link), "--root", str(root), "--view", "detached")
+    assert_passes(out, document, LINK_PASSES | HOST_AND_JOB)
+    assert document["plugin"] == "local-detached"
+    runs = next(c for c in document["checks"] if c["name"] == "job.runs")
+    assert runs["note"].startswith("pids ")
     assert not list((root / "hosts").iterdir())
 
 

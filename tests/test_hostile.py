@@ -5,8 +5,9 @@ For each, this pins what `mu plugin add` says and its exit status, what
 `mu plugin test` says: its exit status and the exact set of checks that
 fail (the one that names the fault among them), that it finishes within
 the waits its fault costs plus one grace, and that nothing is left
-running.  Two members break nothing and must pass: `good`, the base every
-other member is built on, and `flood`, whose endless stderr is no fault.
+running.  Three members break nothing and must pass: `good`, the base every
+other member is built on, `good-job`, the base of the members with a job
+seam, and `flood`, whose endless stderr is no fault.
 
 The runs are real `bin/mu` processes, each with a state folder and host
 root of its own.  They are started together, a few at a time, once for the
@@ -99,6 +100,10 @@ MEMBERS: Dict[str, Member] = {
                            ("secrets.canary", "MU_PLUGIN_CANARY in the result of link.checkSteps")),
     "echo-db-path": member(0, REGISTERED, 1, ["secrets.env"], ("secrets.env", "MU_DB_PATH in the result of link.checkSteps"),
                            env={"MU_DB_PATH": "{state}/records-of-mu.db"}),
+    # a job seam (tests/hostile/hostile_job.py): the job checks prove what they claim
+    "good-job": member(0, REGISTERED, 0, []),
+    "stop-lies": member(0, REGISTERED, 1, ["job.stop"], ("job.stop", "still running after the stop answered")),
+    "job-never-runs": member(0, REGISTERED, 1, ["job.runs"], ("job.runs", "no such file within 10 s"), waits=10),
 }
 
 

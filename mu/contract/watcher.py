@@ -20,7 +20,12 @@ plugin started outside it.  A `GroupWatcher` proves that, and cleans up:
   the run; the plugin's own group is left alone (the stop checks judge it);
 - it reads each new descendant's environment once, and records any of mu's
   local-only variables found there (protocol "Process": none reaches the
-  plugin).
+  plugin);
+- a process whose environment carries a marker the job checks gave a job
+  (`allow_job`) is that job's: a job on a provider's host is the host's
+  process, not the plugin's helper, and a detached one leaves the plugin's
+  group by design (protocol "The job").  It is never recorded nor killed
+  here; the job checks stop it through the plugin and prove it gone.
 
 A poll walks the whole process table, so the pause between polls grows
 with what a poll costs (a plugin that forks a thousand children must not
@@ -73,6 +78,7 @@ class GroupWatcher:
         self._lineage: Set[int] = set()  # every pid seen among a leader's descendants
         self._marker = marker  # "MU_PLUGIN_CANARY=<canary>": what every plugin process inherits
         self._argv = argv  # the plugin's: the runtime's processes of another plugin are not watched
+        self._jobs: List[bytes] = []  # "VAR=value" markers of the jobs the suite asked for
         self.escaped: Dict[Tuple[int, float], Escapee] = {}
         self.env_leaks: List[str] = []
         self.polls = 0
@@ -99,6 +105,13 @@ class GroupWatcher:
         its own."""
         with self._lock:
             self._leaders[pid] = pid
+
+    def allow_job(self, marker: bytes) -> None:
+        """Processes whose environment carries `marker` (``VAR=value``, a
+        variable the suite put in a job's spec) are a job the suite asked
+        for, not a helper that left the plugin's group."""
+        with self._lock:
+            self._jobs.append(marker)
 
     def spawn(self, argv: List[str], **kwargs) -> subprocess.CompletedProcess:
         """Run one of the suite's own helpers (git), which is not the
@@ -153,6 +166,7 @@ class GroupWatcher:
                     self._leaders[process.pid] = process.pgid
             leaders = dict(self._leaders)
             helpers = set(self._helpers)
+            jobs = list(self._jobs)
             table = _process_table(psutil)
         self.polls += 1
         children: Dict[int, List[int]] = {}
@@ -167,7 +181,7 @@ class GroupWatcher:
                 group = table[pid][1]
                 self._lineage.add(pid)
                 self._check_env(pid)
-                if group != pgid:
+                if group != pgid and not _carries_any(pid, jobs):
                     suspects.append((pid, "started by the plugin"))
         unexplained = set()
         for pid in children.get(self._me, []):
@@ -181,6 +195,8 @@ class GroupWatcher:
                 continue  # seen once: it may be a leader the supervisor has not heard of yet
             if pid not in self._lineage and not self._carries_marker(pid):
                 continue  # not proven the plugin's: an embedding program's own child
+            if _carries_any(pid, jobs):
+                continue  # a job the suite asked for, re-parented once its launcher ended
             suspects.append((pid, "re-parented to mu after its parent exited"))
             suspects.extend((d, "started by a process outside the group") for d in _descendants(pid, children))
         self._unexplained = unexplained
@@ -245,6 +261,18 @@ class GroupWatcher:
                     _reap(proc.pid)
             except self._psutil.NoSuchProcess:
                 continue
+
+
+def _carries_any(pid: int, markers: List[bytes]) -> bool:
+    """Does `pid`'s environment hold one of `markers` (``VAR=value``)?"""
+    if not markers:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = b"\0" + f.read()
+    except OSError:
+        return False
+    return any(b"\0" + marker + b"\0" in environ for marker in markers)
 
 
 def live_members(pgid: int) -> List[int]:
