@@ -7,6 +7,8 @@ Usage:
 Verbs:
   plugin    register, inspect, call and test plugins
   host      acquire, reach, check and release hosts
+  task      record the tasks agents take
+  agent     spawn, read and close agents
   log       read the journal of plugin processes and mu's own events
   help      print a verb's usage
 """
@@ -37,6 +39,8 @@ from mu.errors import (
 GROUPS = {
     "plugin": "mu.cli.plugin",
     "host": "mu.cli.host",
+    "task": "mu.cli.task",
+    "agent": "mu.cli.agent",
     "log": "mu.cli.log",
 }
 

@@ -109,6 +109,46 @@ MIGRATIONS: List[str] = [
     ALTER TABLE hosts ADD COLUMN params_sha256 TEXT;
     UPDATE hosts SET params = '{}' WHERE params != '{}';
     """,
+    # 3: agents and tasks.  The job record gains its state, a worktree the
+    # host's identity and the commit it was made from; `agents` names one
+    # job each, and `tasks` are claimed by at most one agent.
+    """
+    ALTER TABLE jobs ADD COLUMN state TEXT NOT NULL DEFAULT 'starting';  -- starting, started, stopped
+    ALTER TABLE jobs ADD COLUMN host TEXT;          -- the host's name, for reads and admission
+    ALTER TABLE jobs ADD COLUMN kind TEXT;          -- the job kind, as target.job.kind
+    ALTER TABLE jobs ADD COLUMN agent TEXT;         -- <workstream>/<name>: the name this job fences
+    ALTER TABLE jobs ADD COLUMN created_at INTEGER;
+    CREATE UNIQUE INDEX jobs_agent ON jobs(agent) WHERE agent IS NOT NULL;
+
+    ALTER TABLE trees ADD COLUMN identity TEXT;     -- plugin:<name>:<instance> of the host
+    ALTER TABLE trees ADD COLUMN from_commit TEXT;
+
+    CREATE TABLE agents (
+        workstream  TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        host        TEXT NOT NULL,
+        plugin      TEXT NOT NULL,
+        channel     TEXT,               -- the channel seam's name, once driven
+        incarnation TEXT,
+        pane        TEXT,               -- JSON of mu.panes.PaneRef
+        job         TEXT NOT NULL REFERENCES jobs(token),
+        first_inc   TEXT,
+        checkout    TEXT,               -- the spawning checkout's path
+        created_at  INTEGER NOT NULL,   -- epoch ms
+        PRIMARY KEY (workstream, name)
+    );
+    CREATE UNIQUE INDEX agents_job ON agents(job);
+
+    CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY,   -- UUIDv7
+        workstream  TEXT NOT NULL,
+        title       TEXT NOT NULL,
+        brief       TEXT,
+        claimed_by  TEXT,               -- <workstream>/<name> of the agent, or NULL
+        created_at  INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX tasks_claim ON tasks(claimed_by) WHERE claimed_by IS NOT NULL;
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
