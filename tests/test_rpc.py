@@ -102,17 +102,112 @@ def test_endpoint_refuses_a_reply_to_nothing():
 
 def test_watch_notification_delivered_once_and_crossing_cancel_dropped():
     ep = Endpoint()
-    got = []
-    ep.open_watch("w1", got.append)
+    w1 = ep.open_watch("w1")
     note = envelope.Notification("watch/settled", {"watchId": "w1", "observation": {}})
     ep.dispatch(note)
-    assert got == [note]
-    with pytest.raises(ProtocolViolation, match="never opened"):
+    assert w1.fired and w1.notification == note
+    with pytest.raises(ProtocolViolation, match="a second notification"):
         ep.dispatch(note)  # exactly one notification ends a watch
-    ep.open_watch("w2", got.append)
-    ep.cancel_watch("w2")
-    ep.dispatch(envelope.Notification("watch/restarted", {"watchId": "w2", "incarnation": "b"}))
-    assert len(got) == 1
+    w2 = ep.open_watch("w2")
+    assert ep.cancel_watch("w2") and w2.cancelled and not w2.fired
+    ep.dispatch(envelope.Notification("watch/restarted", {"watchId": "w2", "incarnation": "b"}))  # crossed: ignored
+    assert not w2.fired
+    with pytest.raises(ProtocolViolation, match="a second notification"):
+        ep.dispatch(envelope.Notification("watch/restarted", {"watchId": "w2", "incarnation": "c"}))
+    with pytest.raises(ProtocolViolation, match="never opened"):
+        ep.dispatch(envelope.Notification("watch/settled", {"watchId": 7, "observation": {}}))
+
+
+def test_a_watch_reply_opens_its_watch_before_the_call_settles():
+    """A notification right behind the reply finds its watch, whoever reads."""
+    ep = Endpoint()
+    call = ep.open_call("channel.watch")
+    ep.dispatch(envelope.Reply(call.id, {"watchId": "a", "initial": {"status": "busy"}}))
+    assert call.settled and call.watch is not None and call.watch.id == "a"
+    ep.dispatch(envelope.Notification("watch/settled", {"watchId": "a", "observation": {}}))
+    assert call.watch.fired
+
+
+def test_a_watch_reply_that_is_an_error_or_has_no_id_opens_nothing():
+    ep = Endpoint()
+    failed = ep.open_call("channel.watch")
+    error = envelope.ErrorReply(1, "no", "permanent", {"kind": "permanent"})
+    ep.dispatch(envelope.Reply(failed.id, None, error))
+    odd = ep.open_call("channel.watch")
+    ep.dispatch(envelope.Reply(odd.id, {"watchId": True}))
+    other = ep.open_call("fake.echo")
+    ep.dispatch(envelope.Reply(other.id, {"watchId": "x"}))  # not a watch method
+    assert failed.watch is None and odd.watch is None and other.watch is None
+    assert ep.open_watches() == []
+
+
+def test_a_watch_id_still_open_cannot_be_given_again():
+    ep = Endpoint()
+    ep.open_watch("a")
+    call = ep.open_call("channel.watch")
+    with pytest.raises(ProtocolViolation, match="still open"):
+        ep.dispatch(envelope.Reply(call.id, {"watchId": "a", "initial": None}))
+    assert not call.settled and call in ep.pending()  # left for fail_all, which breaks the plugin
+
+
+def test_an_ended_watch_id_may_be_given_again():
+    ep = Endpoint()
+    ep.open_watch("a")
+    ep.cancel_watch("a")
+    again = ep.open_watch("a")  # the plugin honoured the cancel: what comes next is the new watch's
+    ep.dispatch(envelope.Notification("watch/settled", {"watchId": "a", "observation": {}}))
+    assert again.fired
+
+
+def test_fail_all_ends_every_open_watch():
+    ep = Endpoint()
+    watches = [ep.open_watch(n) for n in ("a", 2)]
+    boom = RuntimeError("gone")
+    ep.fail_all(boom)
+    assert all(w.fired and w.failure is boom and w.notification is None for w in watches)
+    assert ep.open_watches() == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"text": "a\nb\u00e9\u2028", "n": [1, 2.5, -0.0, 1e308]}},
+        {"jsonrpc": "2.0", "id": 2, "method": "m", "params": {"deep": [[[{"k": None, "t": True}]]], "e": {}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "m", "params": {"\u00e9": "\U0001f600", "ctl": "\x00\x1f\x7f"}},
+    ],
+)
+def test_fast_encode_and_decode_match_the_standard_library(message):
+    import json
+
+    line = framing.encode(message)
+    assert line == json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    assert framing.decode(line[:-1]) == json.loads(line)
+
+
+@pytest.mark.parametrize("value, error", [(float("nan"), ValueError), ({1, 2}, TypeError), ("\ud800", ValueError)])
+def test_encode_refuses_what_json_cannot_carry(value, error):
+    with pytest.raises(error):
+        framing.encode({"x": value})
+
+
+def test_encode_refuses_a_cycle_as_a_value_error():
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError):
+        framing.encode(loop)
+
+
+def test_decode_accepts_white_space_around_the_object_and_refuses_a_deep_one():
+    assert framing.decode(b'  {"a": 1}  ') == {"a": 1}
+    with pytest.raises(framing.FramingError, match="not JSON"):
+        framing.decode(b'{"a": 1} x')
+    with pytest.raises(framing.FramingError, match="nested too deeply"):
+        framing.decode(b'{"a":' + b"[" * 200000 + b"]" * 200000 + b"}")
+
+
+def test_a_boolean_watch_id_is_no_watch_id():
+    with pytest.raises(ProtocolViolation, match="watchId"):
+        envelope.parse({"jsonrpc": "2.0", "method": "watch/settled", "params": {"watchId": True}})
 
 
 def test_fail_all_settles_every_pending_call():
@@ -122,3 +217,18 @@ def test_fail_all_settles_every_pending_call():
     ep.fail_all(boom)
     assert all(c.settled and c.failure is boom for c in calls)
     assert ep.pending() == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"a":1}\n', b' {"a": [1, 2]} \n', b"[1]\n", b"not json\n", b"\xff\n", b'{"a":NaN}\n', b'{"a":1} {}\n'],
+)
+def test_decode_line_judges_a_whole_line_as_decode_does(line):
+    try:
+        expected = framing.decode(line[:-1])
+    except framing.FramingError as e:
+        with pytest.raises(framing.FramingError) as caught:
+            framing.decode_line(line)
+        assert str(caught.value) == str(e)
+    else:
+        assert framing.decode_line(line) == expected

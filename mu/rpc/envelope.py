@@ -14,6 +14,9 @@ from typing import Any, Dict, NamedTuple, Optional, Union
 
 ERROR_KINDS = ("retryable", "permanent", "human", "unknown-outcome")
 NOTIFICATIONS = ("watch/settled", "watch/restarted")
+# protocol "The channel": a reply to these opens a watch, `{watchId, initial,
+# afterRuns?}`, which exactly one of NOTIFICATIONS ends.
+WATCH_METHODS = frozenset({"channel.watch"})
 
 _REPLY_RESULT_KEYS = frozenset({"jsonrpc", "id", "result"})
 _REPLY_ERROR_KEYS = frozenset({"jsonrpc", "id", "error"})
@@ -60,8 +63,22 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_watch_id(value: Any) -> bool:
+    """A watchId is a string or an integer (never a boolean, which would
+    collide with 0 and 1 as a key)."""
+    return isinstance(value, str) or _is_int(value)
+
+
+_new_reply = tuple.__new__  # a Reply without NamedTuple's keyword handling, on the hot path
+
+
 def parse(message: Dict[str, Any]) -> Union[Reply, Notification]:
     """Classify one decoded message from a plugin, or refuse it."""
+    if len(message) == 3 and "result" in message and message.get("jsonrpc") == "2.0":
+        # The common message first: a reply with a result and nothing else.
+        reply_id = message.get("id")
+        if type(reply_id) is int:
+            return _new_reply(Reply, (reply_id, message["result"], None))
     if message.get("jsonrpc") != "2.0":
         raise ProtocolViolation('message without "jsonrpc": "2.0"')
     keys = message.keys()
@@ -76,7 +93,7 @@ def parse(message: Dict[str, Any]) -> Union[Reply, Notification]:
         if method not in NOTIFICATIONS:
             raise ProtocolViolation(f"notification {_short(method)} is not watch/settled or watch/restarted")
         params = message.get("params")
-        if not isinstance(params, dict) or not isinstance(params.get("watchId"), (str, int)):
+        if not isinstance(params, dict) or not is_watch_id(params.get("watchId")):
             raise ProtocolViolation(f"{method} without a watchId")
         return Notification(method, params)
     if "id" not in message:

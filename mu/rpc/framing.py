@@ -2,8 +2,17 @@
 
 A message is one JSON object on one line, UTF-8, at most 1 MiB.  mu never
 repairs a line: invalid UTF-8, a line that is not JSON, a JSON value that is
-not an object, and a line over the limit are each a `FramingError`, which
-breaks the plugin for the rest of the invocation.
+not an object, a line nested too deeply to read, and a line over the limit
+are each a `FramingError`, which breaks the plugin for the rest of the
+invocation.
+
+Speed.  Every call encodes one line and decodes one, so both take the
+standard library's C encoder and scanner directly, built once for the
+process: `json.dumps`/`json.loads` build a new C encoder per message and
+run two regular expressions around the scanner.  What is accepted and
+produced is exactly what `json.JSONEncoder(ensure_ascii=False,
+separators=(",", ":"), allow_nan=False)` and a strict `json.JSONDecoder`
+accept and produce; where the C parts are missing, those are used.
 """
 
 from __future__ import annotations
@@ -11,8 +20,10 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
+from mu.protocol.constants import MAX_MESSAGE_BYTES
+
 # protocol "Transport": at most 1 MiB a message (the newline not counted).
-MAX_LINE_BYTES = 1024 * 1024
+MAX_LINE_BYTES = MAX_MESSAGE_BYTES
 
 
 class FramingError(ValueError):
@@ -23,18 +34,47 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-# One encoder and one decoder for the process: `json.dumps`/`json.loads`
-# with arguments build a new one on every call, a cost every message paid.
+def _refuse_type(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The general encoder and decoder, and the fallback where the C parts are missing.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+    from json.encoder import encode_basestring as _encode_text
+    from json.scanner import c_make_scanner as _c_make_scanner
+except ImportError:  # pragma: no cover - CPython always has them
+    _c_make_encoder = _c_make_scanner = None
+
+# No circular-reference table (the caller's params are trees); a cycle, like
+# any structure nested past the interpreter's depth, raises RecursionError.
+_C_ENCODE = (
+    _c_make_encoder(None, _refuse_type, _encode_text, None, ":", ",", False, False, False)
+    if _c_make_encoder is not None
+    else None
+)
+_C_SCAN = _c_make_scanner(_DECODER) if _c_make_scanner is not None else None
 
 
 def encode(message: Dict[str, Any]) -> bytes:
     """One message as its line, newline included.
 
-    `json.dumps` escapes every control character, so the line cannot contain
-    a raw newline; non-ASCII text stays UTF-8 rather than `\\u` escapes."""
-    data = _ENCODER.encode(message).encode("utf-8")
+    JSON escapes every control character, so the line cannot contain a raw
+    newline; non-ASCII text stays UTF-8 rather than `\\u` escapes.  Raises
+    `FramingError` over 1 MiB, `TypeError` for a value JSON has no form for,
+    `ValueError` for NaN, infinities, lone surrogates or a structure too
+    deep (or circular) to encode."""
+    try:
+        if _C_ENCODE is not None:
+            text = "".join(_C_ENCODE(message, 0))
+        else:
+            text = _ENCODER.encode(message)
+    except RecursionError:
+        raise ValueError("message nests too deeply (or refers to itself)") from None
+    data = text.encode("utf-8")
     if len(data) > MAX_LINE_BYTES:
         raise FramingError(f"message of {len(data)} bytes is over the 1 MiB limit")
     return data + b"\n"
@@ -48,13 +88,50 @@ def decode(line: bytes) -> Dict[str, Any]:
         text = line.decode("utf-8")  # strict: mu never repairs a line
     except UnicodeDecodeError as e:
         raise FramingError(f"line is not valid UTF-8 (byte {e.start})") from None
-    try:
-        value = _DECODER.decode(text)
-    except ValueError as e:
-        raise FramingError(f"line is not JSON ({e})") from None
-    if not isinstance(value, dict):
+    value: Any = _decode_text(text)
+    if type(value) is not dict:
         raise FramingError(f"line is JSON {type(value).__name__}, not an object")
     return value
+
+
+def decode_line(data: bytes) -> Dict[str, Any]:
+    """The message of `data` when it is exactly one line with its newline
+    (the usual read); as `decode(data[:-1])`, without the copy."""
+    if len(data) > MAX_LINE_BYTES + 1:
+        raise FramingError(f"line of {len(data) - 1} bytes is over the 1 MiB limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FramingError(f"line is not valid UTF-8 (byte {e.start})") from None
+    if _C_SCAN is not None:
+        try:
+            value, end = _C_SCAN(text, 0)
+            if end == len(text) - 1 and type(value) is dict:
+                return value
+        except (StopIteration, ValueError, RecursionError):
+            pass
+    return decode(data[:-1])  # anything else: the general path and its verdict
+
+
+def _decode_text(text: str) -> Any:
+    if _C_SCAN is not None:
+        # The common line: one value from its first character to its last.
+        # Anything else (white space around it, an error) takes the general
+        # decoder, whose verdict and message are the ones that count.
+        try:
+            value, end = _C_SCAN(text, 0)
+            if end == len(text):
+                return value
+        except (StopIteration, ValueError):
+            pass
+        except RecursionError:
+            raise FramingError("line is nested too deeply to read") from None
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise FramingError("line is nested too deeply to read") from None
+    except ValueError as e:
+        raise FramingError(f"line is not JSON ({e})") from None
 
 
 class LineSplitter:
@@ -63,10 +140,17 @@ class LineSplitter:
     The limit is enforced while the line is still arriving, so a plugin that
     writes an endless line cannot make mu buffer more than 1 MiB of it."""
 
+    __slots__ = ("_partial",)
+
     def __init__(self) -> None:
         self._partial = bytearray()
 
     def feed(self, data: bytes) -> List[bytes]:
+        if not self._partial and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
+            # one whole line, the usual read: no copy into the buffer
+            if len(data) - 1 > MAX_LINE_BYTES:
+                raise FramingError(f"line of {len(data) - 1} bytes is over the 1 MiB limit")
+            return [data[:-1]]
         lines: List[bytes] = []
         start = 0
         while True:

@@ -1,8 +1,9 @@
 """A registered plugin as one invocation uses it.
 
 `PluginClient` starts the plugin on first need (trust checks again, then
-the handshake and every load rule), fills in each call's `deadline`,
-retries `retryable` answers with the same params, and starts the plugin
+the handshake and every load rule), fills in each call's `deadline` (one
+for the whole call, its retries included), retries `retryable` answers
+with the same params, opens watches (`watch`), and starts the plugin
 again after a stop, except once it broke the protocol (refused for the
 rest of the invocation) or mu is terminating (protocol "Process" and
 "Timeouts and cancel").
@@ -26,20 +27,22 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 import mu
 from mu import environment
 from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
+from mu.protocol import constants
 from mu.runtime import trace, trust
 from mu.runtime.deadline import READ_TIMEOUT_S, Deadline
 from mu.runtime.process import RUNNING, PluginProcess, Token
 from mu.runtime.supervisor import supervisor
+from mu.runtime.watches import Watch
 from mu.store.journal import Journal, journal
 
 RETRIES = 3  # protocol "Errors": retryable is retried at most three times
 RETRY_PAUSES_S = (0.05, 0.2, 0.5)
-PROTOCOL_RANGE = {"min": 1, "max": 1}
+PROTOCOL_RANGE = constants.PROTOCOL_RANGE
 
 
 class PluginClient:
@@ -140,22 +143,50 @@ class PluginClient:
         cancel: Optional[Token] = None,
     ) -> Any:
         """One call, retried while the plugin answers `retryable`.  `params`
-        must hold `target`; `deadline` is set afresh for every attempt."""
+        must hold `target`.  The whole call, its retries and the pauses
+        between them, has one deadline `timeout_s` from now: every try's
+        `params.deadline` is that deadline, and no try starts past it."""
+        return self._with_retries(
+            method, params, Deadline.after(timeout_s), cancel,
+            lambda process, sent, deadline: process.request(method, sent, deadline, cancel),
+        )
+
+    def watch(self, params: Dict[str, Any], *, timeout_s: float = READ_TIMEOUT_S, cancel: Optional[Token] = None) -> Watch:
+        """A `channel.watch` call, retried as `call` is; its reply opens the
+        returned `Watch` (protocol "The channel"), which lives as long as
+        this plugin process does."""
+        return self._with_retries(
+            "channel.watch", params, Deadline.after(timeout_s), cancel,
+            lambda process, sent, deadline: process.watch(sent, deadline, cancel),
+        )
+
+    def _with_retries(self, method: str, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token],
+                      send: Callable[[PluginProcess, Dict[str, Any], Deadline], Any]) -> Any:
+        # protocol "Calls": the params are the same on every resend; with
+        # one deadline for the whole call, so is `deadline`.
+        sent = dict(params)
+        sent["deadline"] = deadline.epoch_ms
         for attempt in range(RETRIES + 1):
             self.started()
-            assert self.process is not None
-            deadline = Deadline.after(timeout_s)
-            sent = dict(params)
-            sent["deadline"] = deadline.epoch_ms
+            process = self.process
+            assert process is not None
             try:
-                return self.process.request(method, sent, deadline, cancel)
+                return send(process, sent, deadline)
             except Retryable as e:
+                # protocol "Errors": retried at most three times, and here
+                # never past the call's deadline
                 if attempt == RETRIES:
                     raise Retryable(f"{e.message} (retryable; tried {RETRIES + 1} times)") from None
-                time.sleep(RETRY_PAUSES_S[attempt])
+                pause = RETRY_PAUSES_S[attempt]
+                if deadline.remaining() <= pause:
+                    raise Retryable(f"{e.message} (retryable; tried {attempt + 1} times, no time left before the deadline)") from None
+                if cancel is not None and cancel.sleep(pause):
+                    raise Cancelled(f"{method} was not sent again to plugin {self.name}: cancelled") from None
+                if cancel is None:
+                    time.sleep(pause)
             finally:
-                if self.process.broken:
-                    self.refused = self.process.broken
+                if process.broken:
+                    self.refused = process.broken
         raise AssertionError("unreachable")
 
     def stop(self, reason: str = "done") -> None:

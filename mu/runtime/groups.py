@@ -92,6 +92,26 @@ def wait_group_empty(pgid: int, deadline: float) -> bool:
         pause = min(pause * 2, 0.05)
 
 
+def open_pidfd(pid: int) -> int:
+    """A pidfd for child `pid` (readable once it exits), or -1 where the
+    system has none (Linux before 5.3, other systems)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
+def has_exited(pid: int) -> bool:
+    """Whether child `pid` has exited, without reaping it: its zombie keeps
+    its pid, which is its group's id, out of reuse until the caller reaps it
+    (WNOWAIT).  True too when it is no longer our child to ask about."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL every process of group `pgid`, a group mu itself started in
     this invocation and has not yet proven empty."""
