@@ -266,7 +266,9 @@ def test_only_the_first_stderr_line_is_kept_cut_to_400(fake, knobs):
     c = client_for(fake)
     with pytest.raises(LoadRuleError) as caught:
         c.started()
-    assert "e" * 400 in caught.value.message and "e" * 401 not in caught.value.message
+    # shown to the user (`shown`), cut to 400; kept out of the message, which is journaled
+    assert "e" * 400 in caught.value.shown and "e" * 401 not in caught.value.shown
+    assert "e" * 400 in caught.value.detail and "eeee" not in caught.value.message
 
 
 def test_plugins_do_not_inherit_each_others_pipes(plugin_dir, knobs):

@@ -366,11 +366,6 @@ def test_the_same_subject_is_one_lock(isolated):
 # -- refusals and stderr --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs mu/runtime/process.py to put stderr's first line in the error's `detail` "
-    "(not its message) and mu/runtime/client.py to pass `detail` on when it wraps the error",
-)
 def test_a_refusal_journals_no_stderr(fake, isolated):
     # protocol "Transport" and "Secrets": the first stderr line may be shown
     # to the user, never stored

@@ -90,7 +90,7 @@ class PluginClient:
         try:
             process.start()
         except Unanswered as e:
-            raise LoadRuleError(str(e), debug_hint(self.argv)) from None
+            raise LoadRuleError(e.message, debug_hint(self.argv), detail=e.detail) from None
         try:
             result = self._handshake(process)
         except MuError as e:
@@ -109,10 +109,12 @@ class PluginClient:
             result = process.request("initialize", params, Deadline.after(READ_TIMEOUT_S))
         except Unanswered as e:
             # protocol "Handshake": no result within 10 s, an exit, or an
-            # invalid line first.  Only stderr's first line is in `e`.
+            # invalid line first.  Only stderr's first line is in `e.detail`.
             raise LoadRuleError(
                 f"plugin {self.name} did not answer the handshake: {_after_name(str(e), self.name)}",
                 debug_hint(self.argv, wrote_invalid_line=process.broken is not None),
+                # protocol "Secrets": stderr's first line is shown, never journaled
+                detail=e.detail,
             ) from None
         except Cancelled:
             raise

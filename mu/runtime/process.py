@@ -409,7 +409,7 @@ class PluginProcess:
             self._on_leader_exit()
             return
         if self.state is RUNNING:
-            self.endpoint.fail_all(Unanswered(f"plugin {self.name} closed its stdout{self._stderr_suffix()}"))
+            self.endpoint.fail_all(Unanswered(f"plugin {self.name} closed its stdout", detail=self.first_stderr_line()))
             self.stop("its stdout closed")
 
     def _on_stderr_readable(self) -> None:
@@ -439,7 +439,7 @@ class PluginProcess:
         self._leader_done()
         if self.state is RUNNING:
             status = self._popen.returncode if self._popen is not None else None
-            self.endpoint.fail_all(Unanswered(f"plugin {self.name} exited with status {status}{self._stderr_suffix()}"))
+            self.endpoint.fail_all(Unanswered(f"plugin {self.name} exited with status {status}", detail=self.first_stderr_line()))
             self._stop_in_background("its leader exited")
 
     def _leader_done(self) -> bool:
@@ -470,10 +470,6 @@ class PluginProcess:
     @property
     def stderr_first_line(self) -> str:
         return self._first_line.text()
-
-    def _stderr_suffix(self) -> str:
-        line = self.first_stderr_line()
-        return f": {line}" if line else ""
 
     def _stop_in_background(self, reason: str) -> None:
         threading.Thread(target=self.stop, args=(reason,), name=f"mu-stop-{self.name}", daemon=True).start()
