@@ -186,7 +186,7 @@ def started_mu(timeout_s: float) -> Tuple[Any, Callable[[], Any]]:
     """A started `PluginClient` (recorded handshake, as every verb but
     `plugin add` runs it) and a function that sends one `bench.echo`
     straight through its `PluginProcess.request`."""
-    from mu.runtime.deadline import Deadline
+    from mu.deadline import Deadline
 
     client = mu_client(recorded=bench_handshake())
     client.started()

@@ -85,7 +85,7 @@ def has_batched_path() -> bool:
 def batched_rate(process: Any, timeout_s: float, batches: int) -> float:
     """Calls a second with one thread submitting IN_FLIGHT requests through
     `process.submit` and then collecting every reply, `batches` times."""
-    from mu.runtime.deadline import Deadline
+    from mu.deadline import Deadline
 
     started = time.perf_counter()
     for _ in range(batches):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from mu.protocol.constants import STDERR_KEEP_CHARS
+
 EXIT_OK = 0
 EXIT_UNKNOWN = 1
 EXIT_USAGE = 2
@@ -39,7 +41,7 @@ EXIT_INTERNAL = 70
 
 # protocol "Transport": a first stderr line may appear in an error, cut to
 # 400 characters.
-DETAIL_CHARS = 400
+DETAIL_CHARS = STDERR_KEEP_CHARS  # a plugin's stderr line is the longest detail
 
 
 class MuError(Exception):

@@ -23,12 +23,12 @@ from typing import List
 import pytest
 from conftest import ROOT, pid_alive, wait_for
 
+from mu.deadline import Deadline
 from mu.errors import EXIT_CALL_FAILED, EXIT_USAGE, UsageError
 from mu.panes import PaneError, PaneRef, backend_for, backend_named, choose, view_environment
 from mu.panes.headless import HeadlessPanes, log_path
 from mu.panes.tmux import TmuxPanes, parse_version, session_name
 from mu.runtime import groups
-from mu.runtime.deadline import Deadline
 
 HAS_TMUX = shutil.which("tmux") is not None
 needs_tmux = pytest.mark.skipif(not HAS_TMUX, reason="tmux is not installed here (CI installs it: .ci/run)")
@@ -529,7 +529,7 @@ OPENER = """\
 import os, sys, time
 sys.path.insert(0, {root!r})
 from mu.panes import backend_named
-from mu.runtime.deadline import Deadline
+from mu.deadline import Deadline
 backend, workstream, name, command, barrier = backend_named(sys.argv[1]), *sys.argv[2:6]
 if hasattr(backend, "version"):
     backend.version(Deadline.after(20))  # before the barrier: the race is the opens'

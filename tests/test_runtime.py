@@ -14,10 +14,10 @@ import time
 import pytest
 from conftest import FAKE, fake_as, kill_quietly, pid_alive, read_log, received, wait_for
 
+from mu.deadline import Deadline
 from mu.errors import Cancelled, Human, LoadRuleError, Permanent, Retryable, TrustError, Unanswered, UnknownOutcome
 from mu.runtime import groups
 from mu.runtime.client import PluginClient
-from mu.runtime.deadline import Deadline
 from mu.runtime.process import EXITED, RUNNING, Token
 
 TARGET = {"target": {"host": {"name": "h"}}}

@@ -15,10 +15,10 @@ import time
 import pytest
 from conftest import fake_as, read_log, received, wait_for
 
+from mu.deadline import Deadline
 from mu.errors import Cancelled, Permanent, Retryable, Unanswered
 from mu.runtime import groups, states
 from mu.runtime.client import PluginClient
-from mu.runtime.deadline import Deadline
 from mu.runtime.process import EXITED, RUNNING, Token
 
 TARGET = {"target": {"host": {"name": "h"}}}

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_mu
 
+from mu.deadline import Deadline
 from mu.errors import EXIT_STATE, EXIT_USAGE, StateError
-from mu.runtime.deadline import Deadline
 from mu.store import locks
 from mu.store.migrations import LATEST
 

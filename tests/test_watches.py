@@ -18,9 +18,9 @@ import pytest
 from conftest import fake_as, received, wait_for
 
 from mu import environment
+from mu.deadline import Deadline
 from mu.errors import Unanswered
 from mu.runtime.client import PluginClient
-from mu.runtime.deadline import Deadline
 from mu.runtime.process import RUNNING
 from mu.runtime.watches import Watch, wait_any
 

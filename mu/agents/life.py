@@ -20,9 +20,9 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from mu import panes
 from mu.agents import jobseam, split_agent
+from mu.deadline import Deadline
 from mu.errors import MuError, NotFound, Refused
 from mu.panes import PaneRef
-from mu.runtime.deadline import Deadline
 from mu.store import agents, hosts, intents, jobs, locks
 from mu.store.agents import Agent
 from mu.store.hosts import ProviderHost

@@ -37,11 +37,11 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from mu import panes
 from mu.agents import jobseam, split_agent
+from mu.deadline import Deadline
 from mu.effects import engine
 from mu.errors import MuError, NotFound, Permanent, Refused, UsageError
 from mu.ids import uuid7
 from mu.panes import PaneRef
-from mu.runtime.deadline import Deadline
 from mu.schema import result_problem
 from mu.store import agents, db, hosts, intents, jobs, locks
 from mu.store.agents import Agent

@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 from mu import environment
 from mu.contract.registry import Fail, Skip, check, same_json
-from mu.runtime.deadline import GRACE_S
+from mu.deadline import GRACE_S
 
 EFFECT_TIMEOUT_S = 60.0
 REPEATS = 3

@@ -20,9 +20,9 @@ from typing import Any, Dict, Optional, Tuple
 import mu
 from mu.contract.registry import Fail, Skip, check
 from mu.contract.wire import RawClosed, RawRun
+from mu.deadline import GRACE_S, READ_TIMEOUT_S, Deadline
 from mu.rpc.envelope import Reply
 from mu.runtime.client import PROTOCOL_RANGE
-from mu.runtime.deadline import GRACE_S, READ_TIMEOUT_S, Deadline
 
 PENDING_S = 0.2  # how long a call must stay unanswered to count as in flight
 SLOW_SCRIPT = "sleep 30"

@@ -24,13 +24,14 @@ import time
 from typing import Any, Dict
 
 from mu.contract.registry import Fail, Skip, check
-from mu.runtime.deadline import GRACE_S
+from mu.deadline import GRACE_S
+from mu.protocol.constants import MAX_MESSAGE_BYTES
 
 EXEC_TIMEOUT_MS = 10000
 TIMEOUT_PROBE_MS = 500
 TICK_GAP_S = 0.3  # the probe's loop ticks every 0.1 s
 GIT_TIMEOUT_MS = 20000
-LINE_ROOM = 1024 * 1024 - 4096  # a script must fit in one message with its envelope
+LINE_ROOM = MAX_MESSAGE_BYTES - 4096  # a script must fit in one message with its envelope
 
 
 def exec_(session, script: str, timeout_ms: int = EXEC_TIMEOUT_MS) -> Dict[str, Any]:

@@ -36,9 +36,9 @@ from mu.contract import leaks, transport
 from mu.contract.registry import Fail, Skip
 from mu.contract.watcher import GroupWatcher
 from mu.contract.wire import RawRun
+from mu.deadline import READ_TIMEOUT_S
 from mu.errors import CallError, LoadRuleError, MuError, Unanswered
 from mu.runtime.client import PROTOCOL_RANGE, PluginClient
-from mu.runtime.deadline import READ_TIMEOUT_S
 
 DEFAULT_HOST = "contract"
 

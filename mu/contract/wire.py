@@ -30,11 +30,11 @@ from typing import Any, Dict, List, Optional
 
 from mu.contract import transport
 from mu.contract.watcher import live_members
+from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import Endpoint, PendingCall
 from mu.runtime import groups
-from mu.runtime.deadline import Deadline
 
 MAX_LINE = framing.MAX_LINE_BYTES
 STDERR_KEEP = STDERR_KEEP_CHARS

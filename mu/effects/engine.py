@@ -37,10 +37,10 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from mu import environment
+from mu.deadline import GRACE_S
 from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, StateError, Unanswered, UnknownOutcome
 from mu.runtime import crashpoints, groups, identity
 from mu.runtime.client import PluginClient
-from mu.runtime.deadline import GRACE_S
 from mu.store import db, intents
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal

@@ -51,10 +51,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from mu.deadline import GRACE_S, Deadline
 from mu.environment import LOCAL_ONLY_VARIABLES, plugin_environment, state_dir
 from mu.errors import EXIT_CALL_FAILED, MuError, UsageError
 from mu.runtime import groups
-from mu.runtime.deadline import GRACE_S, Deadline
 
 BACKENDS = {
     "tmux": "mu.panes.tmux:TmuxPanes",

@@ -30,12 +30,12 @@ import shlex
 import subprocess
 from typing import Dict, Optional
 
+from mu.deadline import GRACE_S, Deadline
 from mu.panes import PaneBackend, PaneError, PaneRef, panes_folder, starter
 from mu.runtime import groups, identity
-from mu.runtime.deadline import GRACE_S, Deadline
 
 # The most of a log `tail` reads back from its end.
-TAIL_BYTES = 4 * 1024 * 1024
+TAIL_BYTES = 4 << 20
 
 
 def log_path(workstream: str, name: str, environ: Optional[Dict[str, str]] = None) -> str:

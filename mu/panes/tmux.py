@@ -51,9 +51,9 @@ import subprocess
 import tempfile
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from mu.deadline import Deadline
 from mu.panes import PaneBackend, PaneError, PaneRef, panes_folder, starter
 from mu.runtime import groups, identity
-from mu.runtime.deadline import Deadline
 
 LABEL = "mu"
 HISTORY_LINES = 10000  # a pane's scrollback, what `tail` can reach

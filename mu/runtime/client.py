@@ -31,10 +31,10 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 import mu
 from mu import environment
+from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
 from mu.protocol import constants
 from mu.runtime import trace, trust
-from mu.runtime.deadline import READ_TIMEOUT_S, Deadline
 from mu.runtime.process import RUNNING, PluginProcess, Token
 from mu.runtime.supervisor import supervisor
 from mu.runtime.watches import Watch

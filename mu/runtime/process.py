@@ -34,11 +34,11 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from mu.deadline import Deadline
 from mu.errors import Cancelled, Human, Permanent, Retryable, Unanswered, UnknownOutcome
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import Endpoint, PendingCall
 from mu.runtime import crashpoints, groups, spawn, stopping
-from mu.runtime.deadline import Deadline
 from mu.runtime.reactor import reactor
 from mu.runtime.reading import STDERR_KEEP, FirstLine, Reader
 from mu.runtime.states import EXITED, NEW, PROCESS, RUNNING, STOPPING, require

@@ -49,10 +49,10 @@ import time
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Callable, Optional
 
+from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import PendingCall
-from mu.runtime.deadline import Deadline
 
 if TYPE_CHECKING:
     from mu.runtime.process import PluginProcess

@@ -29,10 +29,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Dict
 
+from mu.deadline import GRACE_S, Deadline
 from mu.errors import Unanswered
 from mu.rpc import envelope, framing
 from mu.runtime import groups, spawn
-from mu.runtime.deadline import GRACE_S, Deadline
 from mu.runtime.reactor import reactor
 from mu.runtime.states import EXITED, NEW, PROCESS, RUNNING, STOPPING, require
 from mu.runtime.supervisor import supervisor

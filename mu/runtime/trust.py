@@ -10,27 +10,18 @@ user running mu owns and that neither group nor world can write.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
-from mu.errors import TrustError, UsageError
-
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
-
-
-def check_name(name: str, what: str = "plugin") -> None:
-    if not NAME_PATTERN.match(name):
-        raise UsageError(
-            f"{what} name {name!r} is not valid",
-            "names are lower-case letters, digits, '-' and '_', starting with a letter or digit",
-        )
+from mu.errors import TrustError
+from mu.names import NAME_PATTERN, check_name  # noqa: F401 (re-exported: the trust checks' name rule)
+from mu.protocol.constants import EXECUTABLE_PREFIX
 
 
 def check_executable(name: str, path: str) -> None:
     """Raise `TrustError` naming the first check `path` fails."""
     if not os.path.isabs(path):
         raise TrustError(f"plugin path {path!r} is not absolute", "register the plugin by its absolute path")
-    expected = f"mu-plugin-{name}"
+    expected = f"{EXECUTABLE_PREFIX}{name}"
     if os.path.basename(path) != expected:
         raise TrustError(f"plugin path {path!r} is not named {expected}")
     try:

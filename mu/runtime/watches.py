@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
+from mu.deadline import Deadline
 from mu.errors import Unanswered
 from mu.rpc.endpoint import Gate, OpenWatch
 from mu.rpc.envelope import Notification
-from mu.runtime.deadline import Deadline
 
 if TYPE_CHECKING:
     from mu.runtime.process import PluginProcess

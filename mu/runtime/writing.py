@@ -32,8 +32,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from mu.deadline import Deadline
 from mu.errors import Cancelled, Unanswered
-from mu.runtime.deadline import Deadline
 
 SLICE_S = 0.05  # how often a wait for the lock or for room re-asks refuse()
 

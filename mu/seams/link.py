@@ -28,10 +28,10 @@ import subprocess
 import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
+from mu.deadline import GRACE_S, Deadline
 from mu.errors import LoadRuleError, Permanent, Refused, UsageError
 from mu.runtime import groups
 from mu.runtime.client import PluginClient
-from mu.runtime.deadline import GRACE_S, Deadline
 from mu.seams.host import require_instance
 from mu.store import hosts, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost

@@ -21,13 +21,12 @@ import sqlite3
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
-from mu import environment
+from mu import environment, names
 from mu.errors import NotFound, Refused, UsageError
-from mu.runtime import trust
 from mu.store import db
 from mu.store.intents import params_digest
 
-# A host's name: mu's name characters (`mu.runtime.trust.check_name`) and at
+# A host's name: mu's name characters (`mu.names.check_name`) and at
 # most this many of them, so that it stays readable in a table, a log line
 # and a lock file's name.
 NAME_MAX = 64
@@ -41,7 +40,7 @@ def check_name(name: str) -> None:
     name characters."""
     if len(name) > NAME_MAX:
         raise UsageError(f"host name {name[:20]!r}... is {len(name)} characters long: at most {NAME_MAX} are allowed")
-    trust.check_name(name, "host")  # the empty name fails here
+    names.check_name(name, "host")  # the empty name fails here
 
 
 def settle_hint(name: str, key: str) -> str:

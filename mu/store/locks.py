@@ -28,8 +28,8 @@ import time
 from typing import Iterator, Optional
 
 from mu import environment
+from mu.deadline import Deadline
 from mu.errors import Refused, StateError
-from mu.runtime.deadline import Deadline
 from mu.store.db import nearest_existing
 
 POLL_S = 0.005

@@ -1,0 +1,94 @@
+"""The tree's layering, checked by reading its imports (no module is run).
+
+Floors, lowest first: `mu.protocol`, `mu.deadline`, `mu.errors`, `mu.ids`
+and `mu.environment` (leaves) under `mu.store` and `mu.rpc`, under
+`mu.runtime`, under the seams, effects, panes and agents, under `mu.cli`.
+The rules below are the ones that have been broken before, or that keep a
+promise (the SDK's start-up, a plugin built on the SDK alone).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Iterator, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "mu"
+
+
+def modules(folder: str) -> Iterator[Path]:
+    base = PACKAGE / folder if folder else PACKAGE
+    if base.suffix == ".py":
+        yield base
+        return
+    yield from sorted(base.rglob("*.py"))
+
+
+def imported(path: Path) -> Set[str]:
+    """Every module `path` imports, at any depth of the file (a function's
+    lazy import counts as much as one at the top)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def offending(folder: str, allowed: Tuple[str, ...]) -> Set[str]:
+    """`file: module` for each mu module that `folder` imports outside `allowed`."""
+    found = set()
+    for path in modules(folder):
+        for name in imported(path):
+            if name.startswith("mu."):  # `from mu import x` is seen as mu.x
+                if not any(name == a or name.startswith(a + ".") for a in allowed):
+                    found.add(f"{path.relative_to(ROOT)}: {name}")
+    return found
+
+
+def test_the_store_imports_no_layer_above_it():
+    # records only: no plugin processes, seams, verbs
+    leaves = ("mu.errors", "mu.environment", "mu.ids", "mu.deadline", "mu.names", "mu.protocol")
+    assert offending("store", ("mu.store",) + leaves) == set()
+
+
+@pytest.mark.parametrize("folder", ["protocol", "sdk"])
+def test_the_protocol_and_the_sdk_import_only_each_other(folder):
+    # a plugin built on mu.sdk loads nothing of mu's runtime (mu.schema, the
+    # shipped schema's bytes and digest, is a stdlib-only leaf)
+    assert offending(folder, ("mu.protocol", "mu.sdk", "mu.schema")) == set()
+
+
+@pytest.mark.parametrize("leaf", ["deadline.py", "errors.py", "ids.py", "schema.py"])
+def test_the_leaves_import_only_the_protocol(leaf):
+    assert offending(leaf, ("mu.protocol",)) == set()
+
+
+def test_nothing_below_the_command_line_imports_it():
+    for folder in ("store", "rpc", "runtime", "effects", "seams", "panes", "agents", "contract", "sdk", "protocol"):
+        assert {f for f in offending(folder, ("mu",)) if ".cli" in f.split(": ")[1]} == set(), folder
+
+
+def test_the_protocols_numbers_are_written_once():
+    # protocol "Transport" and "Registration and trust": 1 MiB and the
+    # executable's prefix live in mu/protocol/constants.py alone
+    mib = re.compile(r"\b1\s*<<\s*20\b|\b1024\s*\*\s*1024\b|\b1048576\b")
+    for path in modules(""):
+        if path.parent.name == "protocol":
+            continue
+        tree = ast.parse(path.read_text())
+        prefixes = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == "mu-plugin-"]
+        assert not prefixes, f"{path.relative_to(ROOT)} spells the executable prefix itself"
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        assert not mib.search(code), f"{path.relative_to(ROOT)} spells 1 MiB itself"
+
+
+def test_the_checks_read_what_they_claim():
+    # a guard on the guard: the walk sees a lazy import inside a function
+    assert "mu.store.journal" in imported(PACKAGE / "cli" / "main.py")
