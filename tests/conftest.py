@@ -183,3 +183,18 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+@pytest.fixture
+def knobs(monkeypatch, tmp_path):
+    """Set the fake's knobs in the environment the plugin inherits; returns
+    the path of its FAKE_LOG."""
+    log = tmp_path / "fake.log"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+
+    def set_(**values):
+        for key, value in values.items():
+            monkeypatch.setenv(key, value)
+        return log
+
+    return set_

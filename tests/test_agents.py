@@ -172,7 +172,7 @@ def test_a_closed_name_can_be_spawned_again(bound_box):
     (["agent", "spawn", "w/b", "--host", "nobox", "--command", "x"], "no host named 'nobox'"),
     (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--role", "read-only"], "does not honour the read-only"),
     (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--role", "admin"], "--role must be"),
-    (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--env", "novalue"], "is not <k>=<v>"),
+    (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--env", "novalue"], "is not <key>=<value>"),
     (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--env", "MU_AGENT=x"], "MU_AGENT"),
     (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--worktree"], "--worktree is not built yet"),
     (["agent", "spawn", "w/b", "--host", "box", "--command", "x", "--send", "hi"], "not built yet"),

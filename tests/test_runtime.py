@@ -23,20 +23,6 @@ from mu.runtime.process import EXITED, RUNNING, Token
 TARGET = {"target": {"host": {"name": "h"}}}
 
 
-@pytest.fixture
-def knobs(monkeypatch, tmp_path):
-    """Set the fake's knobs in the environment the plugin inherits."""
-    log = tmp_path / "fake.log"
-    monkeypatch.setenv("FAKE_LOG", str(log))
-
-    def set_(**values):
-        for key, value in values.items():
-            monkeypatch.setenv(key, value)
-        return log
-
-    return set_
-
-
 def client_for(path, name="fake"):
     return PluginClient(name, [str(path)])
 

@@ -25,19 +25,6 @@ TARGET = {"target": {"host": {"name": "h"}}}
 
 
 @pytest.fixture
-def knobs(monkeypatch, tmp_path):
-    log = tmp_path / "fake.log"
-    monkeypatch.setenv("FAKE_LOG", str(log))
-
-    def set_(**values):
-        for key, value in values.items():
-            monkeypatch.setenv(key, value)
-        return log
-
-    return set_
-
-
-@pytest.fixture
 def client(fake):
     clients = []
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from mu import api
+from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, table
 from mu.errors import UsageError
 
@@ -39,16 +40,9 @@ def run(args: Dict[str, Any]) -> int:
 
 
 def _env(pairs) -> Dict[str, str]:
-    env: Dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env {pair!r} is not <k>=<v>")
-        if key in env:
-            raise UsageError(f"--env {key} given twice")
-        if key == "MU_AGENT":
-            raise UsageError("--env cannot set MU_AGENT: mu sets it to the agent's name")
-        env[key] = value
+    env = parse_params(pairs, "--env")
+    if "MU_AGENT" in env:
+        raise UsageError("--env cannot set MU_AGENT: mu sets it to the agent's name")
     return env
 
 

@@ -7,14 +7,15 @@ from typing import Dict, List
 from mu.errors import UsageError
 
 
-def parse_params(pairs: List[str]) -> Dict[str, str]:
-    """`--param <key>=<value>`, repeatable, into a map; bad ones exit 2."""
+def parse_params(pairs: List[str], option: str = "--param") -> Dict[str, str]:
+    """`<option> <key>=<value>`, repeatable, into a map; a pair without `=`
+    or a key given twice is a `UsageError` (exit 2)."""
     params: Dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--param {pair!r} is not <key>=<value>")
+            raise UsageError(f"{option} {pair!r} is not <key>=<value>")
         if key in params:
-            raise UsageError(f"--param {key} given twice")
+            raise UsageError(f"{option} {key} given twice")
         params[key] = value
     return params
