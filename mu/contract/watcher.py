@@ -47,6 +47,11 @@ from mu.runtime import groups
 from mu.runtime.supervisor import supervisor
 
 POLL_S = 0.02
+# A child of ours that looks orphaned may be a plugin leader the runtime has
+# forked but not yet adopted (it sets up its pipes and the reactor first, and
+# a loaded machine can stretch that over several polls): it must look so
+# for this long before it counts as an escape.
+ADOPTION_GRACE_S = 1.0
 
 
 @dataclass
@@ -74,7 +79,7 @@ class GroupWatcher:
         self._helpers: Set[int] = set()  # the suite's own children
         self._before = {p.pid for p in psutil.Process(self._me).children()}
         self._env_seen: Set[int] = set()
-        self._unexplained: Set[int] = set()  # children of ours that looked orphaned once
+        self._unexplained: Dict[int, float] = {}  # children of ours that look orphaned -> since when
         self._lineage: Set[int] = set()  # every pid seen among a leader's descendants
         self._marker = marker  # "MU_PLUGIN_CANARY=<canary>": what every plugin process inherits
         self._argv = argv  # the plugin's: the runtime's processes of another plugin are not watched
@@ -135,7 +140,7 @@ class GroupWatcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.poll()
+        self.poll(final=True)
 
     def settle(self, seconds: float = 0.1) -> None:
         """A few more polls: a double-forked helper re-parents a moment
@@ -158,7 +163,9 @@ class GroupWatcher:
             cost = time.monotonic() - began
             self._stop.wait(max(POLL_S, 5 * cost))  # a costly table: look less often
 
-    def poll(self) -> None:
+    def poll(self, final: bool = False) -> None:
+        """One look at the process table.  `final`: the run is over and no
+        plugin is starting, so an orphan of ours gets no adoption grace."""
         psutil = self._psutil
         with self._lock:
             for process in supervisor.running():
@@ -183,16 +190,17 @@ class GroupWatcher:
                 self._check_env(pid)
                 if group != pgid and not _carries_any(pid, jobs):
                     suspects.append((pid, "started by the plugin"))
-        unexplained = set()
+        unexplained: Dict[int, float] = {}
+        now = time.monotonic()
         for pid in children.get(self._me, []):
             if pid in leaders or pid in helpers or pid in self._before:
                 continue
             group = table[pid][1]
             if group in plugin_groups:
                 continue  # an orphan still in a plugin's group: the stop checks judge it
-            unexplained.add(pid)
-            if pid not in self._unexplained:
-                continue  # seen once: it may be a leader the supervisor has not heard of yet
+            since = unexplained[pid] = self._unexplained.get(pid, now)
+            if not final and now - since < ADOPTION_GRACE_S:
+                continue  # it may be a leader the supervisor has not adopted yet
             if pid not in self._lineage and not self._carries_marker(pid):
                 continue  # not proven the plugin's: an embedding program's own child
             if _carries_any(pid, jobs):
