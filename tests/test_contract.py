@@ -361,3 +361,60 @@ def test_register_refuses_a_second_check_of_a_name():
         registry.check("cancel", section="Transport", stage="lifecycle")(lambda session: None)
     with pytest.raises(ValueError):
         registry.check("brand-new", section="Transport", stage="no-such-stage")
+
+
+# -- the channel checks ----------------------------------------------------------------
+
+HOSTILE = ROOT / "tests" / "hostile"
+CHANNEL_CHECKS = {"channel.baseline", "channel.readStates", "channel.lastRun", "channel.receipt", "channel.watch",
+                  "channel.watch.cancel", "channel.send.dedupe", "channel.receipt.sent"}
+
+
+def test_local_provider_passes_the_channel_checks(tmp_path):
+    root = tmp_path / "local"
+    out, document = suite("--only", "channel", "--", str(LOCAL), "--root", str(root))
+    assert_passes(out, document, CHANNEL_CHECKS)
+    notes = {c["name"]: c.get("note", "") for c in document["checks"]}
+    assert notes["channel.watch"].startswith("watch/restarted ") and notes["channel.watch"].endswith("nothing more")
+    assert notes["channel.receipt"] == "state not-accepted" and notes["channel.receipt.sent"] == "state accepted"
+    assert notes["channel.send.dedupe"] == "ack unknown, baseline 0"  # the probe job runs no agent to take it
+    assert not list((root / "hosts").iterdir())
+
+
+def test_a_channel_that_keeps_the_rules_passes_the_channel_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOSTILE_ROOT", str(tmp_path / "hosts"))
+    out, document = suite("--only", "channel", "--", str(HOSTILE / "mu-plugin-good-channel"))
+    assert_passes(out, document, CHANNEL_CHECKS)
+
+
+@pytest.mark.parametrize(
+    "member, failing, says",
+    [
+        ("receipt-wrong-id", "channel.receipt.sent",
+         r"expected id 'contract-[0-9a-f]{8}-send', the msgId asked; got \"contract-[0-9a-f]{8}-send-not\""),
+        ("watch-twice", "channel.watch",
+         r"expected exactly one notification for watch 'w1'; got a second notification \(watch/restarted\) "
+         r"for watch 'w1'"),
+        ("watch-ignores-cancel", "channel.watch.cancel",
+         r"expected no notification for watch 'w2' after \$/cancel \{watchId\}; got watch/restarted after the cancel"),
+        ("reads-others", "channel.readStates",
+         r"expected only a reading for contract/probe-[0-9a-f]{8}, the one agent asked; "
+         r"got readings for contract/probe-[0-9a-f]{8} and \['other/agent'\]"),
+        ("send-twice", "channel.send.dedupe",
+         r"expected the first send's result again \(no second delivery\); got \{.*\"baseline\": 1.*\} "
+         r"after \{.*\"baseline\": 0.*\}"),
+    ],
+)
+def test_a_lying_channel_fails_its_check(tmp_path, monkeypatch, member, failing, says):
+    monkeypatch.setenv("HOSTILE_ROOT", str(tmp_path / "hosts"))
+    out, document = suite("--only", "channel", "--", str(HOSTILE / f"mu-plugin-{member}"))
+    assert out.returncode == 1 == document["exit"]
+    failed = {c["name"]: c for c in document["checks"] if c["status"] == FAIL}
+    assert failing in failed, sorted(failed)
+    line = failed[failing]
+    assert re.fullmatch(says, f"expected {line['expected']}; got {line['got']}"), line
+    assert line["section"] in ("The channel", "Effects and replay")
+    # the human report says it on one line
+    human = run_mu("plugin", "test", "--only", failing, "--", str(HOSTILE / f"mu-plugin-{member}"))
+    assert human.returncode == 1
+    assert [x for x in human.stdout.splitlines() if x.startswith("FAIL")][0].startswith(f"FAIL  {failing} ")

@@ -5,9 +5,10 @@ For each, this pins what `mu plugin add` says and its exit status, what
 `mu plugin test` says: its exit status and the exact set of checks that
 fail (the one that names the fault among them), that it finishes within
 the waits its fault costs plus one grace, and that nothing is left
-running.  Three members break nothing and must pass: `good`, the base every
-other member is built on, `good-job`, the base of the members with a job
-seam, and `flood`, whose endless stderr is no fault.
+running.  Four members break nothing and must pass: `good`, the base every
+other member is built on, `good-job` and `good-channel`, the bases of the
+members with a job seam and with a channel, and `flood`, whose endless
+stderr is no fault.
 
 The runs are real `bin/mu` processes, each with a state folder and host
 root of its own.  They are started together, a few at a time, once for the
@@ -104,6 +105,17 @@ MEMBERS: Dict[str, Member] = {
     "good-job": member(0, REGISTERED, 0, []),
     "stop-lies": member(0, REGISTERED, 1, ["job.stop"], ("job.stop", "still running after the stop answered")),
     "job-never-runs": member(0, REGISTERED, 1, ["job.runs"], ("job.runs", "no such file within 10 s"), waits=10),
+    # a channel seam (tests/hostile/hostile_channel.py): reads, watches and a delivery's exactly-once
+    "good-channel": member(0, REGISTERED, 0, []),
+    "receipt-wrong-id": member(0, REGISTERED, 1, ["channel.receipt", "channel.receipt.sent"],
+                               ("channel.receipt.sent", "the msgId asked; got \"contract-")),
+    "watch-twice": member(0, REGISTERED, 1, ["channel.watch", "transport.no-request"],
+                          ("channel.watch", "got a second notification (watch/restarted)")),
+    "watch-ignores-cancel": member(0, REGISTERED, 1, ["channel.watch.cancel"],
+                                   ("channel.watch.cancel", "got watch/restarted after the cancel")),
+    "reads-others": member(0, REGISTERED, 1, ["channel.readStates"], ("channel.readStates", "and ['other/agent']")),
+    "send-twice": member(0, REGISTERED, 1, ["channel.send.dedupe"],
+                         ("channel.send.dedupe", "the first send's result again (no second delivery)")),
 }
 
 

@@ -359,7 +359,8 @@ def test_the_demo_agent_runs_as_a_local_job(provider, git_env):
     subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "base"], cwd=work, check=True)
     started(provider, "agent-1", job_spec(shlex.quote(str(DEMO)), cwd="work"))
     folder = provider.folder("agent-1")
-    wait_for(lambda: (folder / "inbox").is_dir(), 10, "the agent's inbox in the job folder")
+    # the agent makes its inbox, then writes its first turn.json: wait for both
+    wait_for(lambda: (folder / "turn.json").is_file(), 10, "the agent's first turn.json in the job folder")
     deliver(folder, "m-1", "write the first file")
     wait_for(lambda: json.loads((folder / "turn.json").read_text())["runs"] == 1, 10, "the first turn to settle")
     turn = json.loads((folder / "turn.json").read_text())

@@ -196,7 +196,12 @@ def test_an_executable_whose_handshake_passes_mus_load_rules(local):
     assert (link["remoteOnTimeout"], link["quiescence"], link["checks"]) == ("stopped", "provable", ["reach"])
     job = seams["job"]
     assert (job["kind"], job["view"], job["handle"], job["checks"]) == ("local", "bound", "file", [])
-    assert job["start"]["lookup"] is True and "channel" not in job and "channel" not in seams
+    assert job["start"]["lookup"] is True
+    # its channel is named after the registered name, and the job kind names it
+    assert job["channel"] == seams["channel"]["name"] == "local"
+    assert seams["channel"]["caps"] == {
+        "fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "native", "interrupt": "native",
+        "fresh": "in-place", "answer": True, "command": True, "watch": "stream", "settleText": "full"}
 
 
 def test_the_instance_is_given_or_follows_the_root(launch, tmp_path):

@@ -11,7 +11,8 @@ one hook, so that it breaks exactly one rule:
 - `handle(method, params, cancelled)`: a request's result, or raise
   `Error`; `link.checkSteps` and `link.exec` are served;
 - `at_start()`: once, before the first line is read;
-- `on_cancel(call_id)` and `on_eof()`: what `$/cancel` and stdin EOF do.
+- `on_cancel(call_id)`, `on_cancel_watch(watch_id)` and `on_eof()`: what
+  `$/cancel` (of a call, of a watch) and stdin EOF do.
 
 Hosts are folders: host H is `$HOSTILE_ROOT/H` (default: a folder in the
 temporary directory), made on first use.  `link.exec` runs the script with
@@ -86,6 +87,9 @@ class Plugin:
         if event is not None:
             event.set()
 
+    def on_cancel_watch(self, watch_id) -> None:
+        pass  # no watches here: the channel base (hostile_channel.py) has them
+
     def on_eof(self) -> None:
         for event in list(self.calls.values()):
             event.set()
@@ -127,7 +131,10 @@ class Plugin:
             method, call_id = message.get("method"), message.get("id")
             params = message.get("params") or {}
             if method == "$/cancel":
-                self.on_cancel(params.get("id"))
+                if "watchId" in params:
+                    self.on_cancel_watch(params["watchId"])
+                else:
+                    self.on_cancel(params.get("id"))
             elif call_id is None:
                 continue
             elif method == "initialize":
