@@ -26,7 +26,8 @@ The checks live with the rule they test: `handshake` (loading),
 (the canary and mu's local-only variables), and one module per seam
 (`host`, `link`, `job`, `channel`), each registering its checks with
 `mu.contract.registry.check`.  `runner` runs them; `session` holds what they
-share; `wire` and `watcher` are the raw pipes and the process watch.
+share; `rawrun` (a plugin on raw pipes) and `watcher` (the process watch) are
+its instruments.
 """
 
 from __future__ import annotations

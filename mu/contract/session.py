@@ -10,7 +10,7 @@ a check still leaves nothing running.
 Three kinds of plugin process serve the checks:
 
 - the *wire* run (`wire()`): raw pipes, the handshake, then requests whose
-  answers mu would refuse to show (`mu.contract.wire`);
+  answers mu would refuse to show (`mu.contract.rawrun`);
 - further raw runs (`raw_run(label)`) for a check that must end a process
   its own way (stdin EOF with a call in flight);
 - the *runtime* run (`call()`): mu's own `PluginClient`, for what mu sees:
@@ -35,7 +35,7 @@ from mu import environment, schema
 from mu.contract import leaks, transport
 from mu.contract.registry import Fail, Skip
 from mu.contract.watcher import GroupWatcher
-from mu.contract.wire import RawRun
+from mu.contract.rawrun import RawRun
 from mu.deadline import READ_TIMEOUT_S
 from mu.errors import CallError, LoadRuleError, MuError, Unanswered
 from mu.runtime.client import PROTOCOL_RANGE, PluginClient
