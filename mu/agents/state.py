@@ -1,0 +1,283 @@
+"""The read model behind `mu state`: every agent with its turn state and
+liveness, every host with its state and deadline, and the notices, each
+with the command that resolves it.
+
+One snapshot.  The records are read inside one read transaction, so the
+agents, jobs, hosts, intents and deliveries it shows are of one moment,
+however many other invocations write meanwhile.  Nothing is written, no
+effect is called and no intent is resolved (DESIGN "What mu takes from
+the redesign": inspect through reads).
+
+Asking the plugins.  Up to `ASK_MAX` agents, each agent's job is asked
+`job.status` and its channel `readStates` (and its pane is looked at),
+through one plugin process per plugin (`mu.agents.readings`).  Past that
+(a glance at thousands of agents) no plugin is called and no pane looked
+at: an agent's liveness and turn read `unknown` ("not asked") unless the
+records prove them (a job recorded stopped, a host recorded lost), and a
+notice says how many were not asked and that `mu agent show <agent>`
+asks.  `mu state` thereby stays a glance: its cost grows with the rows,
+not with round trips to plugins.
+
+Notices (`kind`, what, the command):
+  deadline       an agent on a host inside its deadline margin: collect and close it
+  final-collect  a stopped job that still owes its final collect
+  job-gone       an agent whose job record is gone, or whose job reads ended or lost
+  pane-alive     a pane alive under a dead job
+  intent         an open intent record (an effect whose outcome is unknown)
+  delivery       a delivery whose outcome is unknown
+  not-asked      agents past `ASK_MAX`, read from records only
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
+
+from mu import environment
+from mu.store import agents, db, hosts, intents
+from mu.store.agents import Glance
+from mu.store.hosts import ProviderHost
+
+if TYPE_CHECKING:
+    from mu.agents import readings
+
+# Liveness words (mu.agents.readings'; spelled here so that a glance at
+# thousands of agents imports nothing of the runtime).
+ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
+
+ASK_MAX = 64  # agents asked of their plugins; past this, records only
+PANE_S = 5.0
+
+
+class AgentState(NamedTuple):
+    agent: str
+    host: str
+    plugin: str
+    job: Optional[str]
+    job_state: Optional[str]  # the job record's: starting, started, stopped
+    liveness: str  # alive, dead, unknown
+    turn: str  # idle, busy, blocked, unknown
+    runs: Optional[int]
+    incarnation: Optional[int]
+    reason: Optional[str]  # why liveness or turn is unknown, or why the job is dead
+    pane_alive: Optional[bool]
+    owes_collect: bool
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"agent": self.agent, "host": self.host, "plugin": self.plugin, "job": self.job,
+                "jobState": self.job_state, "liveness": self.liveness, "turn": self.turn, "runs": self.runs,
+                "incarnation": self.incarnation, "reason": self.reason, "paneAlive": self.pane_alive,
+                "owesCollect": self.owes_collect}
+
+
+class HostState(NamedTuple):
+    name: str
+    kind: str  # provider or profile
+    plugin: str
+    state: str  # as reads show it: ready inside the margin reads draining
+    deadline_at: Optional[int]
+    idle_reclaim_ms: Optional[int]
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "plugin": self.plugin, "state": self.state,
+                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms}
+
+
+class Notice(NamedTuple):
+    kind: str
+    subject: str  # the agent, host or key it is about
+    text: str
+    command: Optional[str]  # the command that resolves it
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "subject": self.subject, "text": self.text, "command": self.command}
+
+
+class Snapshot(NamedTuple):
+    agents: List[AgentState]
+    hosts: List[HostState]
+    notices: List[Notice]
+    asked: bool
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"agents": [a.as_json() for a in self.agents], "hosts": [h.as_json() for h in self.hosts],
+                "notices": [n.as_json() for n in self.notices], "asked": self.asked}
+
+
+class _Records(NamedTuple):
+    agents: List[Glance]
+    orphans: List[tuple]  # job records no agent row names: (token, agent, host, state)
+    hosts: List[Any]
+    intents: List[Any]
+    deliveries: List[Any]
+
+
+def _read_records() -> _Records:
+    """Every record `mu state` shows, in one read transaction: one moment."""
+    with db.reading() as conn:
+        conn.execute("BEGIN")  # a deferred read transaction: every SELECT below sees one snapshot
+        try:
+            return _Records(agents.glance(conn), agents.jobs_without_agent(conn), hosts.all_hosts(),
+                            intents.all_pending(), _unresolved_deliveries(conn))
+        finally:
+            conn.execute("COMMIT")
+
+
+def _unresolved_deliveries(conn) -> List[Any]:
+    try:
+        from mu.store import deliveries
+    except ImportError:  # pragma: no cover - a build without deliveries
+        return []
+    return deliveries.unresolved(conn)
+
+
+def state() -> Snapshot:
+    """The snapshot and its notices; asks the plugins only up to `ASK_MAX`
+    agents (see the module's docstring)."""
+    margin_ms = environment.host_deadline_margin_ms()
+    records = _read_records()
+    now_ms = int(time.time() * 1000)
+    by_host = {h.name: h for h in records.hosts}
+    ask = len(records.agents) <= ASK_MAX
+    shown: List[AgentState] = []
+    notices: List[Notice] = []
+    clients = None
+    if ask and records.agents:
+        from mu.agents import readings
+
+        clients = readings.Clients()
+    try:
+        providers = {name: h for name, h in by_host.items() if isinstance(h, ProviderHost)}
+        # a host inside its margin: each of its agents gets a notice
+        draining = {name for name, h in providers.items()
+                    if h.deadline_at is not None and h.state == "ready" and now_ms >= h.deadline_at - margin_ms}
+        quiet = {name for name, h in providers.items() if name not in draining and h.state != "lost"}
+        for row in records.agents:
+            if clients is None and row.job_state == "started" and (row.job_host or row.host) in quiet:
+                # the common row of a glance at thousands: nothing proven, no notice due
+                inc = row.incarnation
+                shown.append(_make_state((f"{row.workstream}/{row.name}", row.host, row.plugin, row.job, "started",
+                                          UNKNOWN, "unknown", None, int(inc) if inc and inc.isdigit() else None,
+                                          "not asked", None, bool(row.owes_collect))))
+                continue
+            provider = providers.get(row.job_host or row.host)
+            one = _asked(row, clients) if clients is not None else _from_records(row, provider)
+            shown.append(one)
+            if one.liveness == DEAD or row.job_state in (None, "stopped") or provider is not None \
+                    and provider.name in draining:
+                notices += _agent_notices(one, row, provider, margin_ms, now_ms)
+    finally:
+        if clients is not None:
+            clients.stop("mu state is done")
+    for token, agent, host_name, job_state in records.orphans:
+        if job_state != "starting":
+            notices.append(Notice("job-gone", agent, f"job {token} on host {host_name} has no agent row",
+                                  f"mu agent close {agent}"))
+    if records.intents:
+        agent_of_job = {r.job: r.agent for r in records.agents}
+        agent_of_job.update((o[0], o[1]) for o in records.orphans)
+        notices += [_intent_notice(i, agent_of_job, records) for i in records.intents]
+    notices += [Notice("delivery", d.msg_id, f"the outcome of {d.kind} {d.msg_id} to {d.agent} is {d.state}",
+                       f"mu agent check {d.agent} {d.msg_id}") for d in records.deliveries]
+    if not ask:
+        notices.append(Notice("not-asked", "agents", f"{len(records.agents)} agents: more than {ASK_MAX}, so no"
+                              " plugin was asked; liveness and turns are from records only",
+                              "mu agent show <agent>"))
+    host_rows = [_host_state(h, now_ms) for h in records.hosts]
+    return Snapshot(shown, host_rows, notices, ask)
+
+
+def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
+    """One agent, asked of its plugin: `job.status`, `readStates`, its pane."""
+    from mu.agents import readings
+
+    agent = agents.find(row.workstream, row.name)
+    if agent is None:  # closed since the snapshot
+        return _from_records(row, None)
+    seen = readings.read(agent, clients, last_text=False)
+    reason = seen.job_status.get("reason") if seen.liveness != ALIVE else seen.turn.reason
+    return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, seen.liveness, seen.turn.state,
+                      seen.turn.runs, seen.turn.incarnation, reason, _pane_alive(row.pane), bool(row.owes_collect))
+
+
+def _from_records(row: Glance, host: Optional[ProviderHost]) -> AgentState:
+    """One agent from its records only: what they prove, and nothing more.
+    (Thousands of these make a glance: no call here that is not needed.)"""
+    workstream, name, host_name, plugin, job, incarnation, _, job_state, owes, _, ended = row
+    liveness, reason = UNKNOWN, "not asked"
+    if job_state is None:
+        reason = "mu has no job record for it"
+    elif host is not None and host.state == "lost":
+        liveness, reason = DEAD, f"host {host.name} is lost"
+    elif job_state == "stopped":
+        liveness, reason = DEAD, ended or "mu stopped it"
+    inc = int(incarnation) if incarnation and incarnation.isdigit() else None
+    return _make_state((f"{workstream}/{name}", host_name, plugin, job, job_state, liveness, "unknown", None, inc,
+                        reason, None, bool(owes)))
+
+
+_make_state = AgentState._make
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def _pane_alive(pane: Optional[str]) -> Optional[bool]:
+    if not pane:
+        return None
+    from mu import panes
+    from mu.deadline import Deadline
+    from mu.errors import MuError
+    from mu.panes import PaneRef
+
+    try:
+        ref = PaneRef.from_json(pane)
+        return panes.backend_for(ref).alive(ref, Deadline.after(PANE_S))
+    except (MuError, ValueError, KeyError):
+        return None
+
+
+def _agent_notices(one: AgentState, row: Glance, host: Optional[ProviderHost], margin_ms: int,
+                   now_ms: int) -> List[Notice]:
+    name = row.agent
+    found: List[Notice] = []
+    if host is not None and host.deadline_at is not None and host.state == "ready" \
+            and now_ms >= host.deadline_at - margin_ms:
+        found.append(Notice("deadline", name, f"host {host.name} reaches its deadline in"
+                            f" {max(0, host.deadline_at - now_ms) // 1000} s: collect {name} and close it",
+                            f"mu collect {name}; mu agent close {name}"))
+    if row.job_state == "stopped" and row.owes_collect:
+        found.append(Notice("final-collect", name, f"the job of {name} is stopped and still owes its final collect",
+                            f"mu agent close {name}"))
+    if row.job_state is None:
+        found.append(Notice("job-gone", name, f"mu has no job record for {name}", f"mu agent close {name}"))
+    elif one.liveness == DEAD and row.job_state != "stopped":
+        found.append(Notice("job-gone", name, f"the job of {name} is gone ({one.reason})", f"mu agent close {name}"))
+    if one.liveness == DEAD and one.pane_alive:
+        found.append(Notice("pane-alive", name, f"the pane of {name} is alive under a dead job",
+                            f"mu agent close {name}"))
+    return found
+
+
+def _intent_notice(intent: Any, agent_of_job: Dict[str, str], records: _Records) -> Notice:
+    """An open intent, with the verb that resolves it by its subject."""
+    kind, _, name = intent.subject.partition(":")
+    what = f"an open {intent.method} (key {intent.key}): its outcome is unknown"
+    if kind == "host":
+        verb = "mu host release" if intent.method == "host.release" else "mu host acquire"
+        return Notice("intent", intent.subject, f"host {name}: {what}", f"{verb} {name}")
+    if kind == "job":
+        agent = agent_of_job.get(name) or "<agent>"
+        return Notice("intent", intent.subject, f"job {name} of {agent}: {what}", f"mu agent close {agent}")
+    if kind == "delivery":
+        agent = next((d.agent for d in records.deliveries if d.msg_id == name), "<agent>")
+        return Notice("intent", intent.subject, f"delivery {name}: {what}", f"mu agent check {agent} {name}")
+    return Notice("intent", intent.subject, what, None)
+
+
+def _host_state(host: Any, now_ms: int) -> HostState:
+    if isinstance(host, ProviderHost):
+        return HostState(host.name, "provider", host.plugin, host.shown_state(now_ms), host.deadline_at,
+                         host.idle_reclaim_ms)
+    return HostState(host.name, "profile", host.plugin, "profile", None, None)

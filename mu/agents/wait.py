@@ -1,0 +1,432 @@
+"""`mu wait`: the first event among some agents, without a race (DESIGN
+"Waiting, without a race"; protocol "The channel", "Host facts in mu's
+reads").
+
+Events: `settled` (a turn past the agent's cursor settled: its
+observation), `dead` (its job ended or was lost: `job.status`, never the
+channel), `restarted` (its channel restarted: the new incarnation) and
+`deadline` (a host of the agents watched reached its deadline margin: the
+urgent event, exit 7).
+
+The cursor.  `after` when given, else the runs of the baseline of the
+agent's last accepted delivery, else its current runs (`channel.baseline`,
+else its reading).  A watch asks for a turn *past* the cursor, and the
+plugin answers at once when one already settled (protocol "The channel"),
+so a turn that settled between `mu send` and `mu wait`, or while the watch
+was being set up, is seen, and seen once: a script that loops `mu wait
+--after N`, with N the runs of the turn it last saw, sees every turn once.
+
+How it watches.  One plugin process per plugin for every agent (their
+`Clients`).  A channel that declares `watch: "stream"` gets one
+`channel.watch` per agent, and every watch the wait leaves (fired or not,
+on every way out, a signal included) is cancelled with `$/cancel
+{watchId}`; a notification that crosses the cancel is ignored by the
+runtime.  A channel without a streamed watch (or whose `channel.watch`
+answers a definite error) is polled with `channel.lastRun`, backing off
+from 50 ms to 1 s.  Liveness is asked of every job (`job.status`) at the
+start, with every settle, and every few seconds while waiting (backing off
+from 0.25 s to 2 s): a job that dies under an open watch is `dead`, not
+a wait forever.
+
+Host facts.  The sleep never runs past the earliest deadline margin
+(`deadlineAt - MU_HOST_DEADLINE_MARGIN_MS`) of the agents' hosts.  Once
+inside it, the host's `deadline` fires, naming the first of its agents,
+once per host per deadline: the event is recorded (`deadline_events`)
+before it is returned, so a second `mu wait` does not fire it again and
+two racing waits fire it once.  After a `settled` or `deadline` on a host
+with `deadlineAt` or `idleReclaimMs`, and after the caller has shown the
+event (`report`), one in-life collect of the agent runs, retried with
+backoff on failure; it never clears the final collect.
+
+A wait with no event before `timeout_s` ends with `WaitTimedOut` (exit
+124).  Nothing here writes but the deadline record; nothing calls an
+effect.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from mu import environment
+from mu.agents import readings, split_agent
+from mu.deadline import READ_TIMEOUT_S, Deadline
+from mu.errors import (
+    EXIT_DEADLINE,
+    EXIT_OK,
+    EXIT_TIMED_OUT,
+    EXIT_USAGE,
+    MuError,
+    NotFound,
+    Permanent,
+    Refused,
+    UsageError,
+)
+from mu.runtime.watches import Watch, wait_any
+from mu.seams import channel
+from mu.store import agents, db, deadlines
+from mu.store.agents import Agent
+from mu.store.hosts import ProviderHost
+from mu.store.jobs import Job
+from mu.store.journal import journal
+
+EVENTS = ("settled", "dead", "restarted", "deadline")
+POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0  # lastRun polling, where there is no watch
+LIVENESS_FIRST_S, LIVENESS_MAX_S = 0.25, 2.0  # job.status while waiting
+COLLECT_PAUSES_S = (0.5, 2.0, 5.0)  # an in-life collect that failed is tried again after these
+
+
+class WaitTimedOut(MuError):
+    """`mu wait --timeout` ran out with no event (exit 124, as timeout(1))."""
+
+    exit_code = EXIT_TIMED_OUT
+
+
+class Event(NamedTuple):
+    """One event.  `observation` is the settled turn (`settled`), else None;
+    `detail` is the job's `job.status` answer (`dead`), the new incarnation
+    (`restarted`), or the host, its `deadlineAt` and the margin
+    (`deadline`)."""
+
+    agent: str
+    event: str
+    observation: Optional[Dict[str, Any]]
+    detail: Dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DEADLINE if self.event == "deadline" else EXIT_OK
+
+
+class Collected(NamedTuple):
+    """What the in-life collect after the event did: `ran` is False when
+    none was due or none could run; `error` the last failure's words."""
+
+    ran: bool
+    ok: bool
+    tries: int
+    error: Optional[str]
+
+
+class Watched:
+    """One agent under watch: its records, its cursor and how it is watched."""
+
+    def __init__(self, agent: Agent, job: Optional[Job], host: Optional[ProviderHost]) -> None:
+        self.agent = agent
+        self.job = job
+        self.host = host
+        self.cursor: Optional[int] = None
+        self.inc: Optional[int] = None
+        self.watch: Optional[Watch] = None
+        self.polling = False
+        self.poll_at = 0.0
+        self.poll_every = POLL_FIRST_S
+
+    @property
+    def name(self) -> str:
+        return self.agent.agent
+
+
+def pick(names: List[str]) -> List[Agent]:
+    """The agents named (each once, in the order given), or every agent
+    when none is named.  An unknown or malformed name is refused (exit 2)
+    before any plugin starts."""
+    if not names:
+        return agents.all_agents()
+    picked: List[Agent] = []
+    for given in names:
+        workstream, name = split_agent(given)
+        agent = agents.find(workstream, name)
+        if agent is None:
+            raise NotFound(f"no agent named {given}", "`mu agent list` shows the agents mu knows")
+        if all(a.agent != agent.agent for a in picked):
+            picked.append(agent)
+    return picked
+
+
+def check_after(after: Optional[int]) -> None:
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise UsageError(f"--after takes a whole number of runs, 0 or more, not {after!r}")
+
+
+def check_timeout(timeout_s: Optional[float]) -> None:
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or timeout_s < 0 or timeout_s != timeout_s or timeout_s > 10 ** 9):
+        raise UsageError(f"--timeout takes a number of seconds, 0 or more, not {timeout_s!r}")
+
+
+def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[float] = None,
+         report: Optional[Callable[[Event], None]] = None) -> Tuple[Event, Collected]:
+    """The first event among the agents `names` (every live agent when
+    empty), and what the in-life collect after it did.  `report` is called
+    with the event before that collect.  Raises `WaitTimedOut` (exit 124)
+    when `timeout_s` runs out first, `NotFound`/`UsageError` (exit 2) for
+    bad input."""
+    check_after(after)
+    check_timeout(timeout_s)
+    margin_ms = environment.host_deadline_margin_ms()
+    picked = pick(names)
+    clients = readings.Clients()
+    try:
+        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients)
+        journal().record(f"wait: {event.agent} {event.event}")
+        if report is not None:
+            report(event)
+        return event, collect_after(event, picked)
+    finally:
+        clients.stop("the wait is done")
+
+
+def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Optional[float], margin_ms: int,
+          clients: readings.Clients) -> Event:
+    until = Deadline.after(timeout_s) if timeout_s is not None else None
+    watched = [Watched(a, *_records(a)) for a in picked]
+    for w in watched:
+        if w.job is not None and w.host is None:
+            raise Refused(f"agent {w.name}'s host {w.agent.host} is not recorded as a provider host",
+                          "`mu state` shows the agents and hosts mu knows")
+    early = _deadline_event(watched, margin_ms)
+    if early is not None:
+        return early
+    live: List[Watched] = []
+    for w in watched:
+        status = readings.job_status(clients, w.host, w.job)
+        if readings.liveness_of(status) == readings.DEAD or w.job is None:
+            if named:
+                return Event(w.name, "dead", None, status)
+            continue  # "every live agent": a dead one is not waited for
+        live.append(w)
+    if not live:
+        raise UsageError("no live agent to wait for", "`mu agent list` shows the agents and their liveness")
+    try:
+        for w in live:
+            found = _start(w, after, clients)
+            if found is not None:
+                return found
+        return _loop(live, until, timeout_s, margin_ms, clients)
+    finally:
+        for w in live:
+            if w.watch is not None and not w.watch.fired:
+                w.watch.cancel()  # protocol "The channel": every watch it leaves
+
+
+def _records(agent: Agent):
+    from mu.store import jobs
+
+    job = jobs.find(agent.job)
+    host = readings.provider_host(job.host if job is not None and job.host else agent.host)
+    return job, host
+
+
+def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None:
+    """The cursor: `after`, else the last delivery's baseline, else the
+    current runs (DESIGN "Waiting, without a race")."""
+    if after is not None:
+        w.cursor = after
+        return
+    with db.reading() as conn:
+        last = _last_baseline(conn, w.agent)
+    if last is not None:
+        w.cursor = last
+        return
+    assert w.job is not None and w.host is not None
+    client = clients.get(w.job.plugin)
+    try:
+        base = channel.baseline(client, w.agent, w.host, w.job)
+    except Permanent:
+        base = None  # a definite "no": the reading below says
+    if base is not None:
+        w.cursor, w.inc = base["runs"], base.get("incarnation")
+        return
+    reading = channel.read_state(client, w.agent, w.host, w.job)
+    if reading.runs is not None:
+        w.cursor, w.inc = reading.runs, reading.incarnation
+    # else: no cursor mu can name; the watch's reply names the plugin's
+
+
+def _last_baseline(conn, agent: Agent) -> Optional[int]:
+    try:
+        from mu.store import deliveries
+    except ImportError:  # pragma: no cover - a build without deliveries
+        return None
+    return deliveries.last_baseline(conn, agent.workstream, agent.name)
+
+
+def _start(w: Watched, after: Optional[int], clients: readings.Clients) -> Optional[Event]:
+    """Set up one agent's watch (or its polling); an event when one is
+    already there to report."""
+    assert w.job is not None and w.host is not None
+    seam = readings.channel_seam(w.agent.plugin)
+    if seam is None:
+        return None  # no channel: only its liveness and its host's deadline can end the wait
+    _cursor(w, after, clients)
+    client = clients.get(w.job.plugin)
+    if (seam.get("caps") or {}).get("watch") == "stream":
+        try:
+            w.watch = channel.watch(client, w.agent, w.host, w.job, w.cursor, w.inc)
+        except Permanent:
+            w.watch = None  # a channel.watch it does not serve: poll instead
+        else:
+            if w.cursor is None:
+                w.cursor = w.watch.after_runs if isinstance(w.watch.after_runs, int) else 0
+            return None
+    w.polling = True
+    if w.cursor is None:
+        w.cursor = 0
+    return _poll(w, clients)
+
+
+def _poll(w: Watched, clients: readings.Clients) -> Optional[Event]:
+    """One `channel.lastRun` for a polled agent, and its incarnation from a
+    reading when there is no settle: a channel that restarted is
+    `restarted`."""
+    assert w.job is not None and w.host is not None and w.cursor is not None
+    client = clients.get(w.job.plugin)
+    observation = channel.last_run(client, w.agent, w.host, w.job, w.cursor, w.inc)
+    if observation is not None:
+        return _settled(w, observation, clients)
+    if w.inc is not None:
+        reading = channel.read_state(client, w.agent, w.host, w.job)
+        if reading.incarnation is not None and reading.incarnation != w.inc:
+            return Event(w.name, "restarted", None, {"incarnation": reading.incarnation, "was": w.inc})
+    w.poll_at = time.monotonic() + w.poll_every
+    w.poll_every = min(POLL_MAX_S, w.poll_every * 2)
+    return None
+
+
+def _settled(w: Watched, observation: Dict[str, Any], clients: readings.Clients) -> Event:
+    """A settle counts once the job still reads alive: an ended or lost job
+    reads dead whatever the channel says (protocol "The channel")."""
+    status = readings.job_status(clients, w.host, w.job)
+    if readings.liveness_of(status) == readings.DEAD:
+        return Event(w.name, "dead", observation, status)
+    return Event(w.name, "settled", observation, {"after": w.cursor})
+
+
+def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[float], margin_ms: int,
+          clients: readings.Clients) -> Event:
+    liveness_every = LIVENESS_FIRST_S
+    liveness_at = time.monotonic() + liveness_every
+    while True:
+        for w in live:
+            if w.watch is not None and w.watch.fired:
+                assert w.cursor is not None
+                ended = channel.ended(w.watch, w.name, w.cursor, w.inc)
+                if ended.event == "restarted":
+                    return Event(w.name, "restarted", None, {"incarnation": ended.incarnation, "was": w.inc})
+                assert ended.observation is not None
+                return _settled(w, ended.observation, clients)
+        now = time.monotonic()
+        for w in live:
+            if w.polling and now >= w.poll_at:
+                found = _poll(w, clients)
+                if found is not None:
+                    return found
+        if now >= liveness_at:
+            for w in live:
+                status = readings.job_status(clients, w.host, w.job)
+                if readings.liveness_of(status) == readings.DEAD:
+                    return Event(w.name, "dead", None, status)
+            liveness_every = min(LIVENESS_MAX_S, liveness_every * 2)
+            liveness_at = time.monotonic() + liveness_every
+        early = _deadline_event(live, margin_ms)
+        if early is not None:
+            return early
+        if until is not None and until.expired:
+            raise WaitTimedOut(f"no event from {_names(live)} within {timeout_s:g} s")
+        wake = [liveness_at] + [w.poll_at for w in live if w.polling]
+        margin_at = _next_margin(live, margin_ms)
+        if margin_at is not None:
+            wake.append(margin_at)  # the sleep is capped at the earliest margin
+        if until is not None:
+            wake.append(until.monotonic)
+        sleep = max(0.0, min(wake) - time.monotonic())
+        watches = [w.watch for w in live if w.watch is not None]
+        if watches:
+            wait_any(watches, Deadline.after(sleep))
+        else:
+            time.sleep(sleep)
+
+
+def _names(live: List[Watched]) -> str:
+    shown = ", ".join(w.name for w in live[:3])
+    return shown + (f" and {len(live) - 3} more" if len(live) > 3 else "")
+
+
+def _hosts_with_deadlines(watched: List[Watched]) -> Dict[str, Watched]:
+    """Each host with a `deadlineAt`, and the first of its agents."""
+    first: Dict[str, Watched] = {}
+    for w in watched:
+        if w.host is not None and w.host.deadline_at is not None and w.host.state not in ("lost", "released"):
+            first.setdefault(w.host.name, w)
+    return first
+
+
+def _deadline_event(watched: List[Watched], margin_ms: int) -> Optional[Event]:
+    """The `deadline` of the first host inside its margin whose deadline
+    has not fired yet; it is recorded as fired before it is returned."""
+    now_ms = int(time.time() * 1000)
+    for host_name, w in sorted(_hosts_with_deadlines(watched).items()):
+        assert w.host is not None and w.host.deadline_at is not None
+        deadline_at = w.host.deadline_at
+        if now_ms < deadline_at - margin_ms or deadlines.fired(host_name, deadline_at):
+            continue
+        with db.transaction() as conn:
+            mine = deadlines.fire(conn, host_name, deadline_at, w.name)
+        if mine:
+            return Event(w.name, "deadline", None, {"host": host_name, "deadlineAt": deadline_at,
+                                                     "marginMs": margin_ms})
+    return None
+
+
+def _next_margin(watched: List[Watched], margin_ms: int) -> Optional[float]:
+    """The monotonic moment the earliest unfired margin begins, or None."""
+    soonest: Optional[int] = None
+    for host_name, w in _hosts_with_deadlines(watched).items():
+        assert w.host is not None and w.host.deadline_at is not None
+        begins = w.host.deadline_at - margin_ms
+        if soonest is None or begins < soonest:
+            if not deadlines.fired(host_name, w.host.deadline_at):
+                soonest = begins
+    if soonest is None:
+        return None
+    return time.monotonic() + max(0.0, (soonest - time.time() * 1000) / 1000)
+
+
+def collect_due(event: Event, picked: List[Agent]) -> bool:
+    """Whether `event` calls for an in-life collect: a `settled` or a
+    `deadline` of an agent on a host with `deadlineAt` or `idleReclaimMs`."""
+    if event.event not in ("settled", "deadline"):
+        return False
+    agent = next((a for a in picked if a.agent == event.agent), None)
+    if agent is None:
+        return False
+    _, host = _records(agent)
+    return host is not None and (host.deadline_at is not None or host.idle_reclaim_ms is not None)
+
+
+def collect_after(event: Event, picked: List[Agent]) -> Collected:
+    """protocol "Host facts in mu's reads": one in-life collect after the
+    event, backing off on failure.  Never raises: the event stands whatever
+    the collect does, and its failure is journaled."""
+    if not collect_due(event, picked):
+        return Collected(False, False, 0, None)
+    try:
+        collecting = importlib.import_module("mu.agents.collect")
+    except ImportError:
+        return Collected(False, False, 0, "no in-life collect in this build")
+    error: Optional[str] = None
+    for attempt, pause in enumerate((0.0,) + COLLECT_PAUSES_S):
+        if pause:
+            time.sleep(pause)
+        try:
+            collecting.collect(event.agent, Deadline.after(READ_TIMEOUT_S * 6))
+        except MuError as e:
+            error = e.message
+            journal().record(f"wait: in-life collect of {event.agent} failed (try {attempt + 1}): {e.message}")
+            if e.exit_code == EXIT_USAGE:
+                return Collected(True, False, attempt + 1, error)  # a refusal: trying again changes nothing
+            continue
+        return Collected(True, True, attempt + 1, None)
+    return Collected(True, False, len(COLLECT_PAUSES_S) + 1, error)

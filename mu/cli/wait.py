@@ -1,0 +1,80 @@
+"""
+Usage:
+  mu wait [<agent>...] [--after <runs>] [--timeout <s>] [--json]
+
+Waits for the first event among the agents (every live agent when none is
+named) and prints it: settled (a turn past the cursor settled), dead (its
+job ended or was lost), restarted (its channel restarted) or deadline (its
+host reached its deadline margin: exit 7).
+
+Options:
+  --after <runs>   Wait for a turn past this many runs Without it: the baseline of the agent's last delivery, else its runs now.
+  --timeout <s>    Give up after this many seconds: exit 124.
+  --json           Print one JSON document on stdout (agent, event, observation) and nothing else there.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Optional
+
+from mu import api
+from mu.cli.output import emit, emit_json, iso_ms
+from mu.errors import UsageError
+
+
+def run(args: Dict[str, Any]) -> int:
+    after = _after(args["--after"])
+    timeout = _timeout(args["--timeout"])
+    as_json = bool(args["--json"])
+
+    def report(result: api.WaitResult) -> None:
+        # printed before the in-life collect that may follow the event
+        if as_json:
+            emit_json(result.as_json())
+        else:
+            _show(result)
+        sys.stdout.flush()
+
+    result = api.wait(args["<agent>"], after, timeout, report)
+    return result.exit_code
+
+
+def _after(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise UsageError(f"--after takes a whole number of runs, 0 or more, not {text!r}")
+    return int(text)
+
+
+def _timeout(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value > 10 ** 9:  # NaN fails the first test
+        raise UsageError(f"--timeout takes a number of seconds, 0 or more, not {text!r}")
+    return value
+
+
+def _show(result: api.WaitResult) -> None:
+    detail = result.detail
+    if result.event == "settled":
+        seen = result.observation or {}
+        emit(f"{result.agent} settled: {seen.get('status')}, runs {seen.get('runs')}, incarnation {seen.get('incarnation')}")
+        if seen.get("lastError"):
+            emit(f"error: {seen['lastError']}")
+        if seen.get("lastText") is not None:
+            emit(str(seen["lastText"]).rstrip("\n") + (" [cut]" if seen.get("lastTextTruncated") else ""))
+    elif result.event == "dead":
+        why = ", ".join(f"{k} {v}" for k, v in detail.items() if k != "state")
+        emit(f"{result.agent} dead: its job is {detail.get('state')}{f' ({why})' if why else ''}")
+    elif result.event == "restarted":
+        emit(f"{result.agent} restarted: its channel is at incarnation {detail.get('incarnation')}")
+    else:
+        emit(f"{result.agent} deadline: host {detail.get('host')} reaches its deadline at"
+             f" {iso_ms(int(detail.get('deadlineAt') or 0))}")
+        emit(f"(collect what it made and close it: `mu collect {result.agent}`, then `mu agent close {result.agent}`)")
