@@ -1,0 +1,385 @@
+"""Deliveries to an agent, exactly once (DESIGN "Deliveries"; protocol "The
+channel", "Effects and replay"): `mu send` (and `--steer`, `--fresh`),
+`mu command`, `mu interrupt`, `mu abort`, `mu answer`.
+
+Failure model.  Each delivery is an effect.  Under the agent's lock mu
+first resolves every earlier delivery to the agent whose outcome it does
+not know, oldest first (the `mu.effects.resolve.RULES` row of its
+method); then it makes a msgId (UUIDv7), writes the intent record and the
+`deliveries` row (`sending`) in one transaction, and only then calls the
+plugin.  A checked reply records the row `accepted` with its baseline and
+deletes the intent in one transaction; a definite failure records it
+`not-accepted`; anything else (a crash, a timeout, `unknown-outcome`, a
+reply that fails its check) leaves the intent and the row (`sending` or
+`unknown`) and exits 1 naming the msgId.  Since the deliveries to one
+agent are written under its lock, one at a time, eight scripts sending at
+once are each delivered once, in some order, each with its own msgId.
+
+A message is never delivered twice and never silently dropped:
+
+- an earlier delivery that stays unresolved stops the next one (exit 1,
+  naming the earlier msgId), so a resend by the rules can never land after
+  a newer message;
+- a delivery nothing could ever resolve (the channel has neither a receipt
+  for its method nor exact dedupe, or its plugin answers under another
+  instance) is left `unknown` for a person, and stays listed by
+  `deliveries.unresolved` (`mu state`'s notices).
+
+Refusals come before anything is written or called (exit 2): a bad name,
+an agent mu does not know (or closed), an empty text, a capability that is
+`none` or `false` (naming it), a job on a `lost` host, a plugin that now
+answers under another instance.
+
+`check(agent, msg_id)` is what `mu agent check` calls for a msgId that is
+not a spawn's: it reports a recorded outcome as it is, and resolves an open
+one by its rule.
+
+Crash points (`MU_CRASH_AT`, see `mu.runtime.crashpoints`): the engine's
+`intent-written`, `request-written` and `reply-read` narrowed by the
+delivery's method (`reply-read@channel.send`), and `delivery-claimed`
+(a resolution has claimed an earlier delivery's intent, nothing asked yet).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+from mu.agents import split_agent
+from mu.deadline import Deadline
+from mu.effects import engine
+from mu.effects.engine import Resolver
+from mu.effects.resolve import DeliveryOutcomes
+from mu.effects.resolve import resolve as resolve_by_rule
+from mu.errors import MuError, NotFound, Refused, StateError, UnknownOutcome, UsageError
+from mu.ids import uuid7
+from mu.runtime import crashpoints
+from mu.runtime.client import PluginClient
+from mu.seams import channel as channel_seam
+from mu.seams import delivery as seam
+from mu.seams.delivery import Request
+from mu.store import agents, db, deliveries, hosts, intents, jobs, locks
+from mu.store.agents import Agent
+from mu.store.deliveries import Delivery
+from mu.store.hosts import ProviderHost
+from mu.store.intents import IntentRecord
+from mu.store.jobs import Job
+from mu.store.journal import journal
+
+# How long a delivery waits for the agent's lock: another delivery (or a
+# close) to the same agent holds it for its whole call.
+LOCK_WAIT_S = 120.0
+
+
+class Delivered(NamedTuple):
+    """One delivery's outcome: `state` is `accepted` (or, from `check`,
+    `not-accepted`); the baseline is the reply's, when it gave one."""
+
+    msg_id: str
+    agent: str
+    kind: str
+    state: str
+    baseline_runs: Optional[int]
+    baseline_inc: Optional[int]
+    ack: Optional[str]
+    resolved: List[str]  # earlier deliveries resolved first, as "<msgId>: <outcome>"
+
+
+class _Target(NamedTuple):
+    agent: Agent
+    job: Job
+    host: ProviderHost
+    seam: Dict[str, Any]  # the channel seam's declaration: {name, caps}
+
+
+def check_request(request: Request) -> None:
+    """Bad input is refused before anything is read or written (exit 2)."""
+    if request.kind in ("send", "fresh", "interrupt") and not (request.text or "").strip():
+        verb = "send --fresh" if request.kind == "fresh" else request.kind
+        raise UsageError(f"`mu {verb}` needs a text that is not empty")
+    if request.kind == "command" and not (request.name or "").strip():
+        raise UsageError("`mu command` needs a command name that is not empty")
+    if request.kind == "answer" and not seam.keys_ok(list(request.keys)):
+        raise UsageError("`mu answer` needs one or more keys, none of them empty")
+
+
+def recorded_incarnation(agent: Agent) -> Optional[int]:
+    """The incarnation mu recorded for the agent, or None before it knew one
+    (then no `expectIncarnation` is sent: mu expects nothing it does not know)."""
+    for value in (agent.incarnation, agent.first_inc):
+        if value is not None and str(value).isdigit():
+            return int(value)
+    return None
+
+
+def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target:
+    workstream, name = split_agent(agent_name)
+    agent = agents.find(workstream, name, conn)
+    if agent is None:
+        raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+    job = jobs.find(agent.job, conn)
+    if job is None:
+        raise NotFound(f"agent {agent_name} has no job record: it takes no delivery",
+                       f"`mu agent close {agent_name}` forgets it")
+    host = hosts.find(agent.host, conn)
+    if not isinstance(host, ProviderHost):
+        raise Refused(f"agent {agent_name}'s host {agent.host!r} is not recorded as a provider host")
+    if host.state == "lost":
+        # protocol "The channel": a job on a lost host takes no delivery
+        raise Refused(f"agent {agent_name}'s host {host.name} is lost: its job takes no delivery",
+                      f"`mu agent close {agent_name}` forgets it")
+    declared = seam.declaration(agent.plugin)
+    if declared is None:
+        raise Refused(f"agent {agent_name}'s plugin {agent.plugin} declares no channel: it takes no delivery")
+    return _Target(agent, job, host, declared)
+
+
+def _remedy(agent: str, msg_id: str):
+    def hint(intent: IntentRecord) -> str:
+        return f"`mu agent check {agent} {msg_id}` resolves it, as does the next delivery to {agent}"
+
+    return hint
+
+
+def _mark_unknown(msg_id: str, why: str) -> None:
+    """Best effort: the row stays `sending` when mu's state fails here,
+    which reads as unresolved just the same."""
+    try:
+        with db.transaction() as conn:
+            deliveries.set_state(conn, msg_id, "unknown", why)
+    except StateError:
+        pass
+
+
+def _accepted(method: str, msg_id: str, sent: Dict[str, Any]):
+    def record(conn: sqlite3.Connection, reply: Any) -> None:
+        b = seam.baseline_of(method, reply, sent)
+        deliveries.accept(conn, msg_id, runs=b.runs, incarnation=b.incarnation, ack=b.ack)
+
+    return record
+
+
+def _resolve_one(client: PluginClient, row: Delivery, intent: IntentRecord, declared: Dict[str, Any]) -> str:
+    """Resolve one open delivery by its method's rule; the caller holds the
+    agent's lock.  Raises `UnknownOutcome` while it stays open."""
+    resolver = Resolver(client, intent, _remedy(row.agent, row.msg_id))
+    resolver.claim()
+    crashpoints.reach("delivery-claimed", intent.method)
+    msg_id = row.msg_id
+
+    def receipted(conn: sqlite3.Connection, answer: Dict[str, Any]) -> None:
+        deliveries.accept(conn, msg_id, runs=answer.get("runs"), incarnation=answer.get("incarnation"), ack=None)
+
+    try:
+        outcome = resolve_by_rule(resolver, DeliveryOutcomes(  # type: ignore[arg-type]
+            caps=declared.get("caps") or {},
+            newer=lambda: deliveries.newer_exists(row),
+            receipt=lambda: seam.receipt(client, intent.params["target"], msg_id),
+            check_reply=seam.check_reply(intent.method, intent.params, declared["name"]),
+            accepted=_accepted(intent.method, msg_id, intent.params),
+            receipted=receipted,
+            not_accepted=lambda conn, _: deliveries.set_state(conn, msg_id, "not-accepted",
+                                                              "it was proven never delivered"),
+            changed=lambda conn, reason: deliveries.set_state(conn, msg_id, "unknown", reason),
+            timeout_s=seam.timeout_s(intent.method, intent.params),
+        ))
+    except UnknownOutcome as e:
+        _mark_unknown(msg_id, e.message)
+        raise
+    journal().record(f"delivery {msg_id} to {row.agent} resolved: {outcome.split(':')[0]}", plugin=client.name)
+    return outcome
+
+
+def _resolve_earlier(client: PluginClient, target: _Target) -> List[str]:
+    """Every open delivery to the agent, oldest first, resolved before a new
+    one is written.  One that stays open stops the new delivery."""
+    agent = target.agent
+    done = []
+    for row in deliveries.unresolved(None, agent.workstream, agent.name):
+        intent = intents.pending(row.subject)
+        if intent is None:
+            continue  # left for a person: nothing mu can ask resolves it
+        try:
+            outcome = _resolve_one(client, row, intent, target.seam)
+        except UnknownOutcome as e:
+            raise UnknownOutcome(
+                f"an earlier delivery to {agent.agent} ({row.msg_id}) is still unresolved, so this one was not"
+                f" sent: {e.message}",
+                f"`mu agent check {agent.agent} {row.msg_id}` resolves it; then send again",
+                key=row.msg_id, detail=e.detail,
+            ) from None
+        done.append(f"{row.msg_id}: {outcome}")
+    return done
+
+
+def deliver(agent_name: str, request: Request, *, first_prompt: bool = False, lock_held: bool = False,
+            client: Optional[PluginClient] = None) -> Delivered:
+    """Deliver `request` to `agent_name` exactly once.
+
+    `first_prompt` marks an on-send kind's first prompt (sent by the spawn,
+    which holds the agent's lock: `lock_held`).  Raises `UsageError`,
+    `NotFound`, `Refused` or `Unsupported` (exit 2) before anything is
+    written; `UnknownOutcome` (exit 1, naming the msgId) when the outcome
+    is unknown; a `CallError` (exit 5) when the plugin definitely refused."""
+    check_request(request)
+    target = _find(agent_name)
+    seam.refuse_unsupported(request, target.seam, agent_name)
+    if lock_held:
+        return _deliver_locked(agent_name, request, first_prompt, client)
+    with locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S)):
+        return _deliver_locked(agent_name, request, first_prompt, client)
+
+
+def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
+                    client: Optional[PluginClient]) -> Delivered:
+    target = _find(agent_name)  # again, under the lock: a close may have come first
+    seam.refuse_unsupported(request, target.seam, agent_name)
+    agent, job = target.agent, target.job
+    client = client or seam.client_for(agent.plugin)
+    client.started()
+    channel_seam.require_instance(client, job)  # protocol: only to the instance the job was recorded under
+    resolved = _resolve_earlier(client, target)
+    method = seam.METHODS[request.kind]
+    msg_id = uuid7()
+    sent = seam.params(request, target=channel_seam.target(agent, target.host, job), msg_id=msg_id,
+                       first_prompt=first_prompt, expect_incarnation=recorded_incarnation(agent))
+
+    def write_row(conn: sqlite3.Connection) -> None:
+        if agents.find(agent.workstream, agent.name, conn) is None:
+            raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+        deliveries.insert(conn, msg_id=msg_id, workstream=agent.workstream, name=agent.name, kind=request.kind,
+                          method=method, plugin=agent.plugin, job=job.token)
+
+    try:
+        engine.perform(
+            client,
+            subject=deliveries.subject(msg_id),
+            method=method,
+            key=msg_id,
+            params=sent,
+            before=write_row,
+            record=_accepted(method, msg_id, sent),
+            on_failure=lambda conn, _: deliveries.set_state(conn, msg_id, "not-accepted",
+                                                            "the plugin definitely refused it"),
+            check=seam.check_reply(method, sent, target.seam["name"]),
+            timeout_s=seam.timeout_s(method, sent),
+            remedy=_remedy(agent_name, msg_id),
+        )
+    except UnknownOutcome as e:
+        _mark_unknown(msg_id, e.message)
+        raise
+    row = deliveries.find(msg_id)
+    assert row is not None
+    journal().record(f"delivery {request.kind} {msg_id} to {agent_name}: accepted", plugin=client.name)
+    return Delivered(msg_id, agent_name, request.kind, row.state, row.baseline_runs, row.baseline_inc, row.ack,
+                     resolved)
+
+
+# -- the verbs ----------------------------------------------------------------------
+
+
+def send(agent: str, text: str, *, steer: bool = False, fresh: bool = False, force: bool = False,
+         first_prompt: bool = False, lock_held: bool = False, client: Optional[PluginClient] = None) -> Delivered:
+    """`mu send`: a follow-up (or `steer`) as `channel.send`, or with
+    `fresh` a `channel.fresh`.  The spawn sends an on-send kind's first
+    prompt with `first_prompt=True` (and `lock_held=True`, holding the
+    agent's lock itself)."""
+    if steer and fresh:
+        raise UsageError("--steer and --fresh do not go together")
+    if fresh and first_prompt:
+        raise UsageError("a first prompt is a send, not a fresh one")
+    request = Request("fresh" if fresh else "send", text=text, steer=steer, force=force)
+    return deliver(agent, request, first_prompt=first_prompt, lock_held=lock_held, client=client)
+
+
+def command(agent: str, name: str, instructions: Optional[str] = None, *, force: bool = False) -> Delivered:
+    return deliver(agent, Request("command", name=name, instructions=instructions, force=force))
+
+
+def interrupt(agent: str, text: str) -> Delivered:
+    return deliver(agent, Request("interrupt", text=text))
+
+
+def abort(agent: str) -> Delivered:
+    return deliver(agent, Request("abort"))
+
+
+def answer(agent: str, keys: Sequence[str], *, force: bool = False) -> Delivered:
+    return deliver(agent, Request("answer", keys=tuple(keys), force=force))
+
+
+# -- resolving one msgId ------------------------------------------------------------
+
+
+def check(agent_name: str, msg_id: str) -> Delivered:
+    """The outcome of delivery `msg_id` to `agent_name`, resolved by its
+    rule when mu does not know it yet (a receipt, or a deduped resend only
+    while no newer delivery was written).
+
+    A recorded outcome (`accepted`, `not-accepted`) is returned as it is,
+    with no call.  An open one is resolved under the agent's lock.  A msgId
+    mu has no delivery of is asked of the channel's receipt, when it
+    declares `receipt: "exact"` (nothing is written); else `NotFound`.
+    Raises `UnknownOutcome` (exit 1) while the outcome stays unknown."""
+    workstream, name = split_agent(agent_name)
+    if not msg_id.strip():
+        raise UsageError("a msgId cannot be empty")
+    row = deliveries.find(msg_id)
+    if row is None:
+        return _receipt_only(agent_name, msg_id)
+    if (row.workstream, row.name) != (workstream, name):
+        raise NotFound(f"{msg_id} is not a delivery to {agent_name}", f"it was delivered to {row.agent}")
+    if row.state in ("accepted", "not-accepted"):
+        return _delivered(row, [])
+    with locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S)):
+        row = deliveries.find(msg_id)
+        assert row is not None
+        intent = intents.pending(row.subject)
+        if row.state in ("accepted", "not-accepted"):
+            return _delivered(row, [])  # resolved meanwhile
+        if intent is None:
+            raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: {row.reason or 'not recorded'}",
+                                 "nothing mu can ask would resolve it: look at the agent (`mu agent read`)",
+                                 key=msg_id)
+        agent = agents.find(workstream, name)
+        host = hosts.find(agent.host) if agent is not None else None
+        if isinstance(host, ProviderHost) and host.state == "lost":
+            # protocol "The channel": a job on a lost host takes no delivery, a resend included
+            raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: its host {host.name} is lost,"
+                                 " so nothing is asked or resent", f"`mu agent close {agent_name}` forgets it",
+                                 key=msg_id)
+        declared = seam.declaration(row.plugin) or {"name": "", "caps": {}}
+        client = seam.client_for(row.plugin)
+        outcome = _resolve_one(client, row, intent, declared)
+        row = deliveries.find(msg_id)
+        assert row is not None
+        if row.state not in ("accepted", "not-accepted"):
+            raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: {outcome}",
+                                 "nothing mu can ask would resolve it: look at the agent (`mu agent read`)",
+                                 key=msg_id)
+        return _delivered(row, [f"{msg_id}: {outcome}"])
+
+
+def _delivered(row: Delivery, resolved: List[str]) -> Delivered:
+    return Delivered(row.msg_id, row.agent, row.kind, row.state, row.baseline_runs, row.baseline_inc, row.ack,
+                     resolved)
+
+
+def _receipt_only(agent_name: str, msg_id: str) -> Delivered:
+    """A msgId with no delivery row (a spawn's first prompt, say): only a
+    receipt can say anything about it, and it is a read."""
+    target = _find(agent_name)
+    if (target.seam.get("caps") or {}).get("receipt") != "exact":
+        raise NotFound(f"mu has no delivery {msg_id} to {agent_name}, and its channel has no exact receipt to ask")
+    client = seam.client_for(target.agent.plugin)
+    channel_seam.require_instance(client, target.job)
+    try:
+        answer = seam.receipt(client, channel_seam.target(target.agent, target.host, target.job), msg_id)
+    except MuError as e:
+        if isinstance(e, (NotFound, Refused)):
+            raise
+        raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: its receipt cannot be read: {e.message}",
+                             key=msg_id, detail=e.detail) from None
+    if answer["state"] == "unreachable":
+        raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: unreachable: {answer['reason']}", key=msg_id)
+    return Delivered(msg_id, agent_name, "", answer["state"], answer.get("runs"), answer.get("incarnation"), None, [])

@@ -1,0 +1,56 @@
+"""
+Usage:
+  mu send <agent> <text> [--steer | --fresh] [--force] [--json]
+  mu command <agent> <name> [--instructions <text>] [--force] [--json]
+  mu interrupt <agent> <text> [--json]
+  mu abort <agent> [--json]
+  mu answer <agent> <key>... [--force] [--json]
+
+Each delivers exactly once: a msgId and an intent record before the call.
+Exit 0 prints the msgId and the baseline (the turn count `mu wait` counts
+from); exit 1 means the outcome is unknown, and names the msgId that
+`mu agent check <agent> <msgId>` (or the next delivery to the agent)
+resolves.
+
+Options:
+  --steer                 Steer the turn under way instead of following it up.
+  --fresh                 Start a fresh context with the text.
+  --force                 Deliver even when the harness is not ready for it.
+  --instructions <text>   Instructions for the command.
+  --json                  Print one JSON document on stdout and nothing else there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from mu import api
+from mu.cli.output import emit, emit_json
+from mu.errors import UsageError
+
+VERBS = ("send", "command", "interrupt", "abort", "answer")
+
+
+def run(args: Dict[str, Any]) -> int:
+    agent = args["<agent>"]
+    if args["send"]:
+        done = api.send(agent, args["<text>"], steer=bool(args["--steer"]), fresh=bool(args["--fresh"]),
+                        force=bool(args["--force"]))
+    elif args["command"]:
+        done = api.command(agent, args["<name>"], args["--instructions"], force=bool(args["--force"]))
+    elif args["interrupt"]:
+        done = api.interrupt(agent, args["<text>"])
+    elif args["abort"]:
+        done = api.abort(agent)
+    elif args["answer"]:
+        done = api.answer(agent, list(args["<key>"]), force=bool(args["--force"]))
+    else:
+        raise UsageError("no such delivery verb")
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
+    for earlier in done.resolved:
+        emit(f"an earlier delivery resolved: {earlier}")
+    baseline = "-" if done.baseline_runs is None else str(done.baseline_runs)
+    emit(f"{done.msg_id} {done.state} baseline={baseline}" + (f" ack={done.ack}" if done.ack else ""))
+    return 0
