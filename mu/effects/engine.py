@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from mu import environment
 from mu.deadline import GRACE_S
@@ -80,10 +80,7 @@ def perform(
     definite failure.  `check` returns what is wrong with a reply, or "";
     `remedy` is the hint of an unknown outcome."""
     timeout_s = timeout_s or effect_timeout_s()  # a bad knob refuses before anything is written
-    client.started()
-    process = client.process
-    assert process is not None
-    group = (process.pgid, groups.start_time(process.pid) or 0.0)
+    group = _plugin_group(client)
     # a StateError here passes through: the intent is not written (exit 3)
     with db.transaction() as conn:
         if before is not None:
@@ -95,6 +92,15 @@ def perform(
     journal().record(f"intent {method} {subject} key={key}", plugin=client.name)
     crashpoints.reach("intent-written", method)
     return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s, remedy=remedy)
+
+
+def _plugin_group(client: PluginClient) -> Tuple[int, float]:
+    """The plugin process an effect's params go to, started if need be:
+    its process group and start time, as an intent records them."""
+    client.started()
+    process = client.process
+    assert process is not None
+    return (process.pgid, groups.start_time(process.pid) or 0.0)
 
 
 def _send(
@@ -200,14 +206,15 @@ class Resolver:
         return self.client.instance != self.intent.instance
 
     def plugin_process_gone(self, wait_s: float = GRACE_S) -> bool:
-        """Whether the plugin process the writer called is proven gone; waits
-        up to one grace, the time a plugin has to exit after mu died."""
-        pgid, started = self.intent.plugin_group
+        """Whether every plugin process the params were sent to (the writer's,
+        and each a resolver resent them to) is proven gone; waits up to one
+        grace in all, the time a plugin has to exit after mu died."""
         until = time.monotonic() + wait_s
-        while groups.group_alive(pgid, started):
-            if time.monotonic() >= until:
-                return False
-            time.sleep(0.05)
+        for pgid, started in (self.intent.plugin_group,) + self.intent.resent_groups:
+            while groups.group_alive(pgid, started):
+                if time.monotonic() >= until:
+                    return False
+                time.sleep(0.05)
         return True
 
     def none_counts(self, fenced: bool, in_flight_ms: Optional[int]) -> str:
@@ -227,6 +234,12 @@ class Resolver:
     def reissue(self, *, record: Record, on_failure: Optional[Record] = None, check=None, timeout_s=None) -> Any:
         """Send the recorded params again (same key), under the same intent."""
         journal().record(f"reissue {self.intent.method} {self.intent.subject} key={self.intent.key}", plugin=self.intent.plugin)
+        # recorded before the send: a later resolver proves this process gone too
+        group = _plugin_group(self.client)
+        try:
+            self.intent = intents.resent(self.intent, group)
+        except StateError as e:
+            raise self.unknown(f"mu could not record the resend: {e.message}") from None
         return _send(self.client, self.intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s,
                      remedy=self.remedy)
 

@@ -45,6 +45,8 @@ class IntentRecord(NamedTuple):
     plugin_group: Tuple[int, float]
     resolver: Optional[Tuple[int, float]]
     written_at: int
+    # the plugin processes resolvers sent the params to again (`resent`)
+    resent_groups: Tuple[Tuple[int, float], ...] = ()
 
     @property
     def age_ms(self) -> int:
@@ -59,6 +61,7 @@ def _record(row: sqlite3.Row) -> IntentRecord:
         row["id"], row["subject"], row["method"], row["key"], json.loads(row["params"]), row["params_sha256"],
         row["plugin"], row["instance"], (row["writer_pid"], row["writer_started"]),
         (row["plugin_pgid"], row["plugin_started"]), resolver, row["written_at"],
+        tuple((int(g[0]), float(g[1])) for g in json.loads(row["resent_groups"])),
     )
 
 
@@ -116,6 +119,19 @@ def claim(intent: IntentRecord, resolver: Tuple[int, float]) -> None:
             "UPDATE effects SET resolver_pid = ?, resolver_started = ? WHERE id = ?",
             (resolver[0], resolver[1], intent.id),
         )
+
+
+def resent(intent: IntentRecord, group: Tuple[int, float]) -> IntentRecord:
+    """Record that the intent's params go again to the plugin process `group`
+    (a resolver's reissue), before they are sent; returns the record as it
+    now stands.  Idempotent for a group already recorded."""
+    if group == intent.plugin_group or group in intent.resent_groups:
+        return intent
+    groups = intent.resent_groups + (group,)
+    with db.transaction() as conn:
+        conn.execute("UPDATE effects SET resent_groups = ? WHERE id = ?",
+                     (json.dumps([list(g) for g in groups]), intent.id))
+    return intent._replace(resent_groups=groups)
 
 
 def all_pending() -> list:

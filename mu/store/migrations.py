@@ -149,6 +149,66 @@ MIGRATIONS: List[str] = [
     );
     CREATE UNIQUE INDEX tasks_claim ON tasks(claimed_by) WHERE claimed_by IS NOT NULL;
     """,
+    # 4: a --plugin profile records the instance its plugin answered as
+    # when it was added (protocol "Handshake": its host identity is
+    # plugin:<name>:<instance>); a job record keeps why mu counts it ended
+    # (its bound view died, its host is lost) once it is stopped.
+    """
+    ALTER TABLE host_profiles ADD COLUMN instance TEXT;
+    ALTER TABLE jobs ADD COLUMN ended TEXT;
+    """,
+    # worktrees: a tree names the agent it was made for (one each), the
+    # spawning checkout its commits are collected into, and the job started
+    # in it: from then on it owes its final collect.
+    """
+    ALTER TABLE trees ADD COLUMN agent TEXT;      -- <workstream>/<name>
+    ALTER TABLE trees ADD COLUMN checkout TEXT;   -- top of the spawning checkout's working tree
+    ALTER TABLE trees ADD COLUMN job TEXT;        -- the job record's token, once written
+    CREATE UNIQUE INDEX trees_agent ON trees(agent) WHERE agent IS NOT NULL;
+    """,
+    # deliveries (DESIGN "Deliveries"): one row per message given to an
+    # agent; `seq` orders the deliveries to one agent as they were written.
+    # No text: the message lives only in the open intent's params.
+    """
+    CREATE TABLE deliveries (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        msg_id        TEXT NOT NULL UNIQUE,   -- UUIDv7: the msgId and the effect key
+        workstream    TEXT NOT NULL,
+        name          TEXT NOT NULL,
+        kind          TEXT NOT NULL,          -- send, fresh, command, interrupt, abort, answer
+        method        TEXT NOT NULL,          -- the channel method it was sent with
+        plugin        TEXT NOT NULL,
+        job           TEXT NOT NULL,          -- the job record's token when it was sent
+        state         TEXT NOT NULL,          -- sending, accepted, not-accepted, unknown
+        baseline_runs INTEGER,                -- the reply's baseline: runs before the turn it started
+        baseline_inc  INTEGER,                -- and the incarnation, when known
+        ack           TEXT,                   -- confirmed or unknown, from the reply
+        reason        TEXT,                   -- mu's words: why unknown or not accepted
+        created_at    INTEGER NOT NULL,       -- epoch ms
+        updated_at    INTEGER NOT NULL
+    );
+    CREATE INDEX deliveries_agent ON deliveries(workstream, name, seq);
+    CREATE INDEX deliveries_open ON deliveries(state) WHERE state IN ('sending', 'unknown');
+    """,
+    # deadline events (protocol "Host facts in mu's reads"): `mu wait` fires
+    # a host's urgent `deadline` once per host per deadline; the row is the
+    # proof it fired, so a second wait (or one racing it) does not fire again.
+    """
+    CREATE TABLE deadline_events (
+        host         TEXT NOT NULL,
+        deadline_at  INTEGER NOT NULL,    -- the host's deadlineAt the event was about
+        agent        TEXT NOT NULL,       -- <workstream>/<name> the event named
+        fired_at     INTEGER NOT NULL,    -- epoch ms
+        PRIMARY KEY (host, deadline_at)
+    );
+    """,
+    # an intent's resent groups: each plugin process a resolver sent the
+    # intent's params to again, as a JSON list of [pgid, start time]; a
+    # lookup's `none` counts only once every one of them is proven gone, as
+    # the writer's own (protocol "Effects and replay").
+    """
+    ALTER TABLE effects ADD COLUMN resent_groups TEXT NOT NULL DEFAULT '[]';
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
