@@ -13,16 +13,17 @@ plugin's null, its proof the job is gone.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from mu.effects import engine
 from mu.effects.engine import Resolver
 from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
 from mu.errors import Refused
+from mu.runtime import groups, identity
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
-from mu.store import agents, intents, jobs, plugins
+from mu.store import agents, db, deliveries, intents, jobs, plugins, tasks
 from mu.store.hosts import ProviderHost
 from mu.store.jobs import Job
 
@@ -54,10 +55,16 @@ def require_instance(client: PluginClient, job: Job) -> None:
         )
 
 
+def at_start(seam: Dict[str, Any]) -> bool:
+    """Whether the kind takes its first prompt inside `job.start`."""
+    return seam.get("firstTurn") == "at-start"
+
+
 def check_start(seam: Dict[str, Any]):
     """A start's reply, or a lookup's `found`: a `reply` kind must carry its
-    handle (protocol "Effects and replay": a reply that fails is an unknown
-    outcome, never a success)."""
+    handle, and an `at-start` kind's must carry `baseline` with `runs: 0`
+    (protocol "The job" step 4, "Effects and replay": a reply that fails is
+    an unknown outcome, never a success)."""
 
     def check(result: Any) -> str:
         if not isinstance(result, dict):
@@ -70,16 +77,57 @@ def check_start(seam: Dict[str, Any]):
             return "it carries neither a view nor a handle"
         if seam.get("handle") == "reply" and not isinstance(result.get("handle"), str):
             return "the kind's handle is `reply` but the reply carries none"
+        if at_start(seam):
+            baseline = result.get("baseline")
+            if not isinstance(baseline, dict) or baseline.get("runs") != 0:
+                return "an at-start kind's start must carry baseline with runs 0"
         return ""
 
     return check
 
 
+def first_inc(result: Any) -> Optional[str]:
+    """The channel's incarnation a start's (or a readiness') baseline names."""
+    baseline = result.get("baseline") if isinstance(result, dict) else None
+    if isinstance(baseline, dict) and isinstance(baseline.get("incarnation"), int):
+        return str(baseline["incarnation"])
+    return None
+
+
+def record_start(conn: sqlite3.Connection, job: Job, result: Any) -> None:
+    """A start that happened, from its reply or a lookup's `found`: the
+    handle, and the first incarnation on an `at-start` placeholder."""
+    jobs.record_started(conn, job.token, (result or {}).get("handle"))
+    inc = first_inc(result)
+    if inc is not None and job.agent:
+        workstream, _, name = job.agent.partition("/")
+        agents.set_first_inc(conn, workstream, name, inc)
+    if job.first_msg_id is not None:
+        # the first prompt rode in the start: accepted with it, before any turn
+        deliveries.accept(conn, job.first_msg_id, runs=0, incarnation=None if inc is None else int(inc), ack=None)
+
+
 def _remove(conn: sqlite3.Connection, job: Job) -> None:
+    """The job is gone (or never was): its record and its agent row go.
+    A spawn that never finished (no row, or a placeholder with no pane)
+    gives its task back; a finished agent's task stays claimed by it."""
     if job.agent:
         workstream, _, name = job.agent.partition("/")
+        row = agents.find(workstream, name, conn)
+        if row is None or row.pane is None:
+            tasks.release_claim(conn, job.agent)
         agents.delete(conn, workstream, name)
     jobs.delete(conn, job.token)
+
+
+def roll_back(conn: sqlite3.Connection, job: Job) -> None:
+    """Undo what a spawn wrote before a start that proved not to happen (a
+    definite failure, or a lookup's counted `none`): the records go, the
+    task is given back, and a first prompt that rode in the start is
+    `not-accepted`."""
+    _remove(conn, job)
+    if job.first_msg_id is not None:
+        deliveries.set_state(conn, job.first_msg_id, "not-accepted", "the job.start that carried it never happened")
 
 
 def remedy(job: Job):
@@ -95,9 +143,21 @@ def resolve(client: PluginClient, job: Job) -> str:
     """Resolve the job's leftover intent, if any; "" when there was none.
     Raises `UnknownOutcome` (exit 1) when it stays open, `Refused` when the
     plugin answers under another instance."""
+    return resolve_start(client, job)[0]
+
+
+def resolve_start(client: PluginClient, job: Job) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """`resolve`, and the start's result when a start resolved `found` (the
+    lookup's `found`, or the resend's reply): its `view` and `baseline`
+    serve the spawn that completes it."""
     intent = intents.pending(job.subject)
     if intent is None:
-        return ""
+        return "", None
+    seen: Dict[str, Any] = {}
+
+    def found(conn: sqlite3.Connection, result: Any) -> None:
+        record_start(conn, job, result)
+        seen["result"] = result
     seam = declaration(job.plugin) or {}
     resolver = Resolver(client, intent, remedy(job))
     resolver.claim()
@@ -110,31 +170,58 @@ def resolve(client: PluginClient, job: Job) -> str:
         lookup="job.lookup",
         check_start=check_start(seam),
         check_lookup=lambda answer: result_problem("job.lookup", answer),
-        found=lambda conn, found: jobs.record_started(conn, job.token, (found or {}).get("handle")),
-        none=lambda conn, _: _remove(conn, job),
+        found=found,
+        none=lambda conn, _: roll_back(conn, job),
         stopped=lambda conn, _: _remove(conn, job),
         changed=changed,
         never_none=seam.get("handle") == "file",  # protocol: a file-handle kind never acts on none
     ))
     if outcome == "stop-changed":
         require_instance(client, job)
-    return outcome
+    return outcome, seen.get("result")
 
 
-def stop(client: PluginClient, host: ProviderHost, job: Job) -> None:
+def stop(client: PluginClient, host: ProviderHost, job: Job, *, failed_spawn: bool = False) -> None:
     """`job.stop` as an effect; on its null the job record and its agent
-    row go in the same transaction as the intent."""
+    row go in the same transaction as the intent (and, for a spawn that
+    failed after its start, the task it claimed is given back)."""
     require_instance(client, job)
+
+    def gone(conn: sqlite3.Connection, _: Any) -> None:
+        if failed_spawn and job.agent:
+            tasks.release_claim(conn, job.agent)
+        _remove(conn, job)
+
     engine.perform(
         client,
         subject=job.subject,
         method="job.stop",
         key=job.token,
         params={"target": target(host, job), "key": job.token},
-        record=lambda conn, _: _remove(conn, job),
+        record=gone,
         check=lambda r: "" if r is None else "job.stop answers null",
         remedy=remedy(job),
     )
+
+
+def owe_stop(client: PluginClient, host: ProviderHost, job: Job, *, pane_closed: bool = False) -> None:
+    """Record `job.stop` as owed without sending it: the intent a crash at
+    `intent-written@job.stop` leaves.  For a spawn that a signal ends after
+    its start: once mu is terminating no request may be sent (protocol
+    "Process"), and the next `mu agent close` (or the same spawn) reissues
+    the stop by its RULES row.  `pane_closed`: the spawn ended its pane, so
+    the agent row (if any) names none: the spawn reads unfinished."""
+    process = client.process
+    group = (process.pgid, groups.start_time(process.pid) or 0.0) if process is not None else (0, 0.0)
+    with db.transaction() as conn:
+        if pane_closed and job.agent:
+            workstream, _, name = job.agent.partition("/")
+            agents.clear_pane(conn, workstream, name)
+        if intents.pending(job.subject, conn) is not None:
+            return
+        intents.write(conn, subject=job.subject, method="job.stop", key=job.token,
+                      params={"target": target(host, job), "key": job.token}, plugin=job.plugin,
+                      instance=job.instance, writer=identity.me(), plugin_group=group)
 
 
 def status(client: PluginClient, host: ProviderHost, job: Job) -> Dict[str, Any]:

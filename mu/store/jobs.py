@@ -29,6 +29,7 @@ class Job(NamedTuple):
     owes_collect: bool
     state: str
     created_at: Optional[int]
+    ended: Optional[str] = None  # once stopped: why mu counts the job ended (its view died, its host is lost)
 
     @property
     def subject(self) -> str:
@@ -44,15 +45,18 @@ class Job(NamedTuple):
 
 def _job(row: sqlite3.Row) -> Job:
     return Job(row["token"], row["plugin"], row["instance"], row["host"], row["kind"], row["agent"], row["handle"],
-               row["view_kind"], row["first_msg_id"], bool(row["owes_collect"]), row["state"], row["created_at"])
+               row["view_kind"], row["first_msg_id"], bool(row["owes_collect"]), row["state"], row["created_at"],
+               row["ended"])
 
 
 def insert(conn: sqlite3.Connection, *, token: str, plugin: str, instance: str, host: str, kind: str, agent: str,
-           view_kind: str) -> None:
+           view_kind: str, first_msg_id: Optional[str] = None) -> None:
+    """A `starting` record.  `first_msg_id` is the msgId of an `at-start`
+    kind's first prompt, which travels inside the start."""
     conn.execute(
-        "INSERT INTO jobs (token, plugin, instance, host, kind, agent, view_kind, owes_collect, state, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, 0, 'starting', ?)",
-        (token, plugin, instance, host, kind, agent, view_kind, int(time.time() * 1000)),
+        "INSERT INTO jobs (token, plugin, instance, host, kind, agent, view_kind, first_msg_id, owes_collect, state,"
+        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 'starting', ?)",
+        (token, plugin, instance, host, kind, agent, view_kind, first_msg_id, int(time.time() * 1000)),
     )
 
 
@@ -93,3 +97,25 @@ def count_on_host(conn: sqlite3.Connection, host: str) -> int:
 def all_jobs() -> List[Job]:
     with db.reading() as conn:
         return [_job(r) for r in conn.execute("SELECT * FROM jobs ORDER BY created_at, token")]
+
+
+def record_ended(conn: sqlite3.Connection, token: str, why: str) -> None:
+    """The job is proven gone (its stop answered, or its host is lost) but
+    its records stay, for the agent's reads and its close: `stopped`, and why."""
+    conn.execute("UPDATE jobs SET state = 'stopped', ended = ? WHERE token = ?", (why, token))
+
+
+def started_on_host(conn: sqlite3.Connection, host: str) -> List[Job]:
+    """The started jobs of `host` (not starting, not yet proven gone)."""
+    return [_job(r) for r in conn.execute("SELECT * FROM jobs WHERE host = ? AND state = 'started' ORDER BY token",
+                                          (host,))]
+
+
+def on_host(host: str) -> List[Job]:
+    with db.reading() as conn:
+        return [_job(r) for r in conn.execute("SELECT * FROM jobs WHERE host = ? ORDER BY agent, token", (host,))]
+
+
+def owe_collect(conn: sqlite3.Connection, token: str) -> None:
+    """The job runs in a worktree: its final collect is owed (`mu agent close`)."""
+    conn.execute("UPDATE jobs SET owes_collect = 1 WHERE token = ?", (token,))

@@ -63,3 +63,14 @@ def claim(conn: sqlite3.Connection, task_id: str, agent: str) -> bool:
 
 def release_claim(conn: sqlite3.Connection, agent: str) -> None:
     conn.execute("UPDATE tasks SET claimed_by = NULL WHERE claimed_by = ?", (agent,))
+
+
+def claimed_by(agent: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Task]:
+    """The task `agent` holds, if any."""
+    sql = "SELECT * FROM tasks WHERE claimed_by = ?"
+    if conn is not None:
+        row = conn.execute(sql, (agent,)).fetchone()
+        return _task(row) if row else None
+    with db.reading() as own:
+        row = own.execute(sql, (agent,)).fetchone()
+    return _task(row) if row else None
