@@ -202,6 +202,18 @@ def test_a_start_reply_without_baseline_runs_0_is_an_unknown_outcome_named_by_th
     assert json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["paneAlive"] is True
 
 
+def test_a_send_to_an_agent_whose_start_is_unresolved_is_refused(provider):
+    p = at_start(provider, FAKE_ON_JOB_START="hang", MU_EFFECT_TIMEOUT_MS="300")
+    assert spawn("w/a", "--send", "hi").returncode == 1
+    msg_id = first_msg_id(p)
+    out = run_mu("send", "w/a", "a second message")
+    assert out.returncode == 2, out.stderr
+    assert "start is not resolved" in one_error_line(out)
+    assert f"mu agent check w/a {msg_id}" in out.stderr
+    assert p.calls("channel.send") == []
+    assert p.sql("SELECT COUNT(*) FROM deliveries") == [(1,)]  # the first prompt's receipt alone
+
+
 @pytest.mark.parametrize("lookup", [
     {"pending": True},
     {"unknown": "the backend is down"},

@@ -121,6 +121,16 @@ def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target
     if job is None:
         raise NotFound(f"agent {agent_name} has no job record: it takes no delivery",
                        f"`mu agent close {agent_name}` forgets it")
+    if job.state == "starting":
+        # protocol "The job": an at-start start with no definite answer is
+        # resolved before anything else reaches the agent, so nothing lands
+        # in a job that may never have started, or ahead of its first prompt
+        hint = (f"`mu agent check {agent_name} {job.first_msg_id}` resolves it" if job.first_msg_id
+                else f"the same `mu agent spawn {agent_name}` resolves it")
+        raise Refused(f"agent {agent_name}'s start is not resolved: it takes no delivery yet", hint)
+    if job.state == "stopped":
+        raise Refused(f"agent {agent_name}'s job is stopped: it takes no delivery",
+                      f"`mu agent close {agent_name}` finishes it")
     host = hosts.find(agent.host, conn)
     if not isinstance(host, ProviderHost):
         raise Refused(f"agent {agent_name}'s host {agent.host!r} is not recorded as a provider host")
