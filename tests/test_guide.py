@@ -8,7 +8,8 @@ this file reads:
 - ``<!-- step N: add to class Box -->``: the block's methods go at the end
   of the class's body;
 - ``<!-- step N: add to the imports -->``: the block's `import` lines go
-  among the file's, in order;
+  among the file's `import` lines, its `from` lines among its `from`
+  lines, in order;
 - ``<!-- step N: replace <old> with <new> -->`` (no block): a one-place edit;
 - ``<!-- step N: run -->`` before a sh block: the commands that show what
   step N did, run one by one with `bash` in the reader's folder;
@@ -125,11 +126,14 @@ def add_to_class(code: str, methods: str) -> str:
 
 
 def add_imports(code: str, imports: str) -> str:
+    """Each `import x` among the file's `import` lines, each `from x import
+    y` among its `from` lines, in order."""
     lines = code.splitlines()
     for new in imports.strip().splitlines():
-        assert new.startswith("import "), new
-        ours = [i for i, line in enumerate(lines) if line.startswith("import ")]
-        assert ours, "the file has no import to put it beside"
+        kind = new.split(" ", 1)[0] + " "
+        assert kind in ("import ", "from "), new
+        ours = [i for i, line in enumerate(lines) if line.startswith(kind)]
+        assert ours, "the file has no import of that kind to put it beside"
         at = next((i for i in ours if lines[i] > new), ours[-1] + 1)
         lines.insert(at, new)
     return "\n".join(lines) + "\n"
@@ -237,11 +241,11 @@ def suite_of_step_1(out, reader):
         assert found[name] == "FAIL" and "no such method" in the_line(out.stdout, name)
 
 
-def added_with(instance: str) -> Callable:
+def added_with(instance: str, seams: str = "link") -> Callable:
     def check(out, reader):
         assert out.returncode == 0, out.stderr
         wanted = instance if instance != "<box>" else box_instance(reader.folder)
-        assert out.stdout.strip() == f"registered plugin box: seams link, instance {wanted}"
+        assert out.stdout.strip() == f"registered plugin box: seams {seams}, instance {wanted}"
     return check
 
 
@@ -297,6 +301,13 @@ PROMISES: Dict[int, Dict[str, Callable]] = {
     6: {
         "mu plugin test box": passes("handshake.recorded", "link.exec", "link.fetch"),
         "mu plugin test box --only link.exec --json": one_check_as_json,
+    },
+    7: {
+        'mu plugin add box -- "$PWD/mu-plugin-box" --box "$PWD/box"': added_with("<box>", "job, link"),
+        # "the suite starts a job, runs its bound view ..., reads job.status,
+        # asks job.attach, and stops the job three times"
+        "mu plugin test box --only job": passes("handshake.recorded", "job.start", "job.start.dedupe", "job.runs",
+                                                "job.status", "job.attach", "job.stop", skipped=("job.lookup",)),
     },
 }
 

@@ -19,7 +19,7 @@ a verb that the provider's declaration lets resolve the intent.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu.effects import engine
 from mu.effects.engine import Remedy, Resolver
@@ -28,7 +28,7 @@ from mu.effects.resolve import resolve as resolve_by_rule
 from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
-from mu.store import db, hosts, intents, locks, plugins
+from mu.store import db, hosts, intents, jobs, locks, plugins
 from mu.store.hosts import Host, ProviderHost
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal
@@ -177,8 +177,10 @@ def require_instance(client: PluginClient, host: ProviderHost) -> None:
         )
 
 
-def release(name: str, force: bool = False) -> str:
-    """Release a provider host; idempotent.  Returns what was done."""
+def release(name: str) -> str:
+    """Release a provider host; idempotent.  Returns what was done.
+    Refused (exit 2, naming them) while agents use the host: their work
+    would go with it; `mu.api.host_release(force=True)` closes them first."""
     host = _recorded(name)
     client = provider_client(host.plugin)
     with locks.subject("host", name):
@@ -195,8 +197,13 @@ def release(name: str, force: bool = False) -> str:
             raise hosts.in_use(host)
         if host.state != "ready":
             raise Refused(f"host {name!r} is {host.state}")
+        users = agents_on(name)
+        if users:
+            # DESIGN "Collects": a release would take their work with it
+            raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"
+                          f"{' ...' if len(users) > 10 else ''}",
+                          f"close them with `mu agent close <agent>`, or `mu host release {name} --force`")
         require_instance(client, host)
-        del force  # live agents come with the agent verbs; nothing uses a host yet
         engine.perform(
             client,
             subject=host.subject,
@@ -244,13 +251,40 @@ def status(name: str) -> StatusOutcome:
                 hosts.patch_facts(conn, name, answer)
             return StatusOutcome(_recorded(name), "up", "")
         if state == "gone":
+            outlives = bool((plugins.get(host.plugin).seams.get("job") or {}).get("outlivesHost"))
             with db.transaction() as conn:
-                hosts.set_state(conn, name, "lost", f"gone: {answer.get('reason', '')}")
-            journal().record(f"host {name} gone: recorded lost", plugin=host.plugin)
+                ended = record_lost(conn, name, f"gone: {answer.get('reason', '')}", outlives)
+            journal().record(f"host {name} gone: recorded lost, {ended} job(s) ended with it", plugin=host.plugin)
             return StatusOutcome(_recorded(name), "gone", answer.get("reason", ""))
         if state == "needs-human":
             raise Human(f"host {name} needs a person", answer.get("remedy", ""))
         raise Permanent(f"plugin {host.plugin} cannot tell the state of host {name}: {answer.get('reason', '')}")
+
+
+def record_lost(conn: sqlite3.Connection, name: str, reason: str, outlives_host: bool) -> int:
+    """Record host `name` lost, in the caller's transaction (protocol "The
+    host": `gone` is a proof that the machine and its worktrees no longer
+    exist, and its jobs too unless the job seam declares `outlivesHost`).
+    Its trees are recorded gone and its started jobs ended without a call;
+    an `outlivesHost` job is left started: it still gets `job.stop`, from
+    the agent's next read (its reconcile) or its close.  Returns how many
+    jobs were ended."""
+    hosts.set_state(conn, name, "lost", reason)  # trees gone with it
+    if outlives_host:
+        return 0
+    started = jobs.started_on_host(conn, name)
+    for job in started:
+        jobs.record_ended(conn, job.token, f"lost: its host {name} is lost, and the job with it")
+    return len(started)
+
+
+def is_provider_host(name: str) -> bool:
+    return isinstance(hosts.find(name), ProviderHost)
+
+
+def agents_on(name: str) -> List[str]:
+    """The agents (and leftover job records) that use host `name`."""
+    return sorted({job.agent or job.token for job in jobs.on_host(name)})
 
 
 def remove(name: str) -> Host:
@@ -261,6 +295,11 @@ def remove(name: str) -> Host:
     if pending is not None:
         how = remedy(name, _acquire_caps(pending.plugin))(pending)
         raise Refused(f"host {name!r} has an open {pending.method} whose outcome is unknown", how)
+    users = agents_on(name)
+    if users:
+        # their close needs the host's record (its target, its plugin)
+        raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"
+                      f"{' ...' if len(users) > 10 else ''}", "close them first with `mu agent close <agent>`")
     return hosts.remove(name)
 
 
@@ -295,10 +334,15 @@ def settle(name: str, key: str, exists: bool) -> str:
         else:
             state, reason = "lost", f"a person said the provider holds no such host (key {key})"
 
+        outlives = bool((plugins.get(host.plugin).seams.get("job") or {}).get("outlivesHost"))
+
         def write(conn: sqlite3.Connection) -> None:
             if intent is not None:
                 intents.delete(conn, intent)
-            hosts.set_state(conn, name, state, reason)
+            if state == "lost":
+                record_lost(conn, name, reason, outlives)
+            else:
+                hosts.set_state(conn, name, state, reason)
 
         with db.transaction() as conn:  # a StateError here wrote nothing: exit 3, try again
             write(conn)

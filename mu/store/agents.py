@@ -39,15 +39,30 @@ def _agent(row: sqlite3.Row) -> Agent:
                  row["pane"], row["job"], row["first_inc"], row["checkout"], row["created_at"])
 
 
-def insert(conn: sqlite3.Connection, *, workstream: str, name: str, host: str, plugin: str, pane: str, job: str,
-           checkout: Optional[str]) -> Agent:
-    agent = Agent(workstream, name, host, plugin, None, None, pane, job, None, checkout, int(time.time() * 1000))
+def insert(conn: sqlite3.Connection, *, workstream: str, name: str, host: str, plugin: str, pane: Optional[str],
+           job: str, checkout: Optional[str], channel: Optional[str] = None,
+           first_inc: Optional[str] = None) -> Agent:
+    """A row; `pane` None is an `at-start` spawn's placeholder, written
+    before its start (the pane comes with `set_pane`)."""
+    agent = Agent(workstream, name, host, plugin, channel, None, pane, job, first_inc, checkout,
+                  int(time.time() * 1000))
     conn.execute(
         "INSERT INTO agents (workstream, name, host, plugin, channel, incarnation, pane, job, first_inc, checkout,"
-        " created_at) VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?)",
-        (workstream, name, host, plugin, pane, job, checkout, agent.created_at),
+        " created_at) VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+        (workstream, name, host, plugin, channel, pane, job, first_inc, checkout, agent.created_at),
     )
     return agent
+
+
+def set_first_inc(conn: sqlite3.Connection, workstream: str, name: str, first_inc: Optional[str]) -> None:
+    """The channel's incarnation at the agent's start (a start's or a
+    readiness' baseline)."""
+    conn.execute("UPDATE agents SET first_inc = ? WHERE workstream = ? AND name = ?", (first_inc, workstream, name))
+
+
+def clear_pane(conn: sqlite3.Connection, workstream: str, name: str) -> None:
+    """The row names no pane: its spawn ended the pane before it finished."""
+    conn.execute("UPDATE agents SET pane = NULL WHERE workstream = ? AND name = ?", (workstream, name))
 
 
 def delete(conn: sqlite3.Connection, workstream: str, name: str) -> None:
@@ -67,3 +82,60 @@ def find(workstream: str, name: str, conn: Optional[sqlite3.Connection] = None) 
 def all_agents() -> List[Agent]:
     with db.reading() as conn:
         return [_agent(r) for r in conn.execute("SELECT * FROM agents ORDER BY workstream, name")]
+
+
+def set_pane(conn: sqlite3.Connection, workstream: str, name: str, pane: str) -> None:
+    """The agent's view now runs in `pane` (a reattach)."""
+    conn.execute("UPDATE agents SET pane = ? WHERE workstream = ? AND name = ?", (pane, workstream, name))
+
+
+# -- a glance at every agent (mu state) ----------------------------------------------
+
+
+class Glance(NamedTuple):
+    """One agent and its job record as `mu state` reads them, in one row;
+    the job's fields are None when the agent has no job record."""
+
+    workstream: str
+    name: str
+    host: str
+    plugin: str
+    job: str
+    incarnation: Optional[str]
+    pane: Optional[str]
+    job_state: Optional[str]
+    owes_collect: Optional[int]
+    job_host: Optional[str]
+    ended: Optional[str]
+
+    @property
+    def agent(self) -> str:
+        return f"{self.workstream}/{self.name}"
+
+
+_NO_JOB = (None, None, None, None)
+
+
+def glance(conn: sqlite3.Connection) -> List[Glance]:
+    """Every agent with its job record, by name: what `mu state` shows of
+    thousands of agents.  Two plain scans joined here cost a fifth of one
+    indexed join with its ORDER BY (measured at 10,000 agents)."""
+    cursor = conn.execute("SELECT token, state, owes_collect, host, ended FROM jobs")
+    cursor.row_factory = None  # plain tuples: sqlite3.Row costs more than the row is worth here
+    job_of = {row[0]: row[1:] for row in cursor}
+    cursor = conn.execute("SELECT workstream, name, host, plugin, job, incarnation, pane FROM agents")
+    cursor.row_factory = None
+    make = Glance._make
+    found = [make(row + job_of.get(row[4], _NO_JOB)) for row in cursor]
+    found.sort()  # by (workstream, name), the first two fields and the key: no two rows share them
+    return found
+
+
+def jobs_without_agent(conn: sqlite3.Connection) -> List[tuple]:
+    """(token, agent, host, state) of each job record that names an agent
+    but no agent row names it."""
+    cursor = conn.execute(
+        "SELECT j.token, j.agent, j.host, j.state FROM jobs j WHERE j.agent IS NOT NULL AND NOT EXISTS"
+        " (SELECT 1 FROM agents a WHERE a.job = j.token) ORDER BY j.agent")
+    cursor.row_factory = None
+    return list(cursor)

@@ -24,7 +24,6 @@ from typing import Any, Dict, List, NamedTuple, Optional, Union
 from mu import environment, names
 from mu.errors import NotFound, Refused, UsageError
 from mu.store import db
-from mu.store.intents import params_digest
 
 # A host's name: mu's name characters (`mu.names.check_name`) and at
 # most this many of them, so that it stays readable in a table, a log line
@@ -122,10 +121,19 @@ class Profile(NamedTuple):
     repo: Optional[str]
     max_sessions: Optional[int]
     added_at: int
+    # The instance the plugin answered as when the profile was added (None
+    # for a profile recorded before mu kept it: the first spawn pins it).
+    instance: Optional[str] = None
 
     @property
     def subject(self) -> str:
         return f"host:{self.name}"
+
+    @property
+    def identity(self) -> Optional[str]:
+        """protocol "Handshake": a `--plugin` host's identity is
+        `plugin:<name>:<instance>`."""
+        return f"plugin:{self.plugin}:{self.instance}" if self.instance is not None else None
 
     def target(self) -> Dict[str, Any]:
         return {"host": {"name": self.name}}
@@ -138,6 +146,8 @@ class Profile(NamedTuple):
             "fetch": self.fetch,
             "repo": self.repo,
             "maxSessions": self.max_sessions,
+            "instance": self.instance,
+            "identity": self.identity,
             "addedAt": self.added_at,
         }
 
@@ -154,7 +164,8 @@ def _provider(row: sqlite3.Row) -> ProviderHost:
 
 
 def _profile(row: sqlite3.Row) -> Profile:
-    return Profile(row["name"], row["plugin"], row["fetch"], row["repo"], row["max_sessions"], row["added_at"])
+    return Profile(row["name"], row["plugin"], row["fetch"], row["repo"], row["max_sessions"], row["added_at"],
+                   row["instance"])
 
 
 def find(name: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Host]:
@@ -199,6 +210,8 @@ def in_use(host: "ProviderHost") -> Refused:
 
 def insert_acquiring(conn: sqlite3.Connection, name: str, plugin: str, instance: str, key: str, params: Dict[str, str]) -> None:
     """Record `name` as acquiring, with the digest of `params` only."""
+    from mu.store.intents import params_digest  # here, not at the top: `mu host list` never hashes
+
     existing = find(name, conn)
     if isinstance(existing, Profile):
         raise Refused(f"host {name!r} is a plugin profile", "pick another name")
@@ -262,7 +275,8 @@ def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> D
 # -- profiles -------------------------------------------------------------------
 
 
-def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str], max_sessions: Optional[int]) -> Profile:
+def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str], max_sessions: Optional[int],
+                instance: Optional[str] = None) -> Profile:
     with db.transaction() as conn:
         existing = find(name, conn)
         if isinstance(existing, ProviderHost) and existing.state not in SETTLED:
@@ -275,10 +289,17 @@ def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str
             delete(conn, name)
         now = now_ms()
         conn.execute(
-            "INSERT INTO host_profiles (name, plugin, fetch, repo, max_sessions, added_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (name, plugin, fetch, repo, max_sessions, now),
+            "INSERT INTO host_profiles (name, plugin, fetch, repo, max_sessions, added_at, instance)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (name, plugin, fetch, repo, max_sessions, now, instance),
         )
-    return Profile(name, plugin, fetch, repo, max_sessions, now)
+    return Profile(name, plugin, fetch, repo, max_sessions, now, instance)
+
+
+def pin_profile_instance(conn: sqlite3.Connection, name: str, instance: str) -> None:
+    """Record the instance of a profile added before mu kept it (only while
+    none is recorded)."""
+    conn.execute("UPDATE host_profiles SET instance = ? WHERE name = ? AND instance IS NULL", (instance, name))
 
 
 def remove(name: str) -> Host:
