@@ -39,8 +39,8 @@ from docopt import DocoptExit, docopt
 
 import mu
 from mu import environment, errors, schema
-from mu.rpc import envelope, framing
 from mu.cli import main as main_table
+from mu.rpc import envelope, framing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAN = os.path.join(ROOT, "man")

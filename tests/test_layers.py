@@ -65,6 +65,12 @@ def test_the_protocol_and_the_sdk_import_only_each_other(folder):
     assert offending(folder, ("mu.protocol", "mu.sdk", "mu.schema")) == set()
 
 
+def test_the_shipped_plugins_import_only_the_sdk():
+    # mu/plugins/ (mu-plugin-ssh) are plugins like any other: built on
+    # mu.sdk alone, they load nothing of mu's runtime
+    assert offending("plugins", ("mu.plugins", "mu.sdk")) == set()
+
+
 @pytest.mark.parametrize("leaf", ["deadline.py", "errors.py", "ids.py", "schema.py"])
 def test_the_leaves_import_only_the_protocol(leaf):
     assert offending(leaf, ("mu.protocol",)) == set()

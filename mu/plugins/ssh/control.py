@@ -1,0 +1,332 @@
+"""The connection to each host: one ControlMaster per plugin process.
+
+What a caller may rely on:
+
+- Every ssh the plugin runs (the master, each client, git's transport)
+  gets the same `-F <ssh_config>` when one was registered, `BatchMode=yes`
+  (nothing ever waits for a person to type), and the plugin's
+  ServerAlive and ConnectTimeout settings, so a dead network is noticed
+  within ``alive * 3`` seconds and a dead host within ``connect`` seconds.
+- The calls of one plugin life share one connection per destination.  If
+  the user's configuration names a ControlPath where a master already
+  answers, that master is used and never stopped.  Otherwise the plugin
+  starts its own: `ssh -N -o ControlMaster=yes -o ControlPersist=no`, its
+  own child in its own process group, with a socket in a private folder
+  (mode 0700) under /tmp.  It never uses ControlPersist, whose background
+  master would leave the group (protocol "Process": the plugin never
+  detaches a helper).  The master ends with the plugin: `close` stops it
+  on shutdown, and the SDK kills what is left of the group at exit.  A
+  master that died (a cut network) is started again on the next call.
+- One connection carries at most `SESSIONS` calls at once (sshd allows
+  10 sessions a connection by default); a call past that waits for a
+  session rather than open a connection of its own (`slots: "self"`).
+- A connection that cannot be made is one typed error, decided from what
+  ssh printed: an unknown or changed host key and a refused login are
+  `Human` (the remedy names the command to run), a name that does not
+  resolve is `Permanent`, and a refused or timed-out connection is
+  `Retryable`.  In each case nothing ran on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+from mu import sdk
+from mu.plugins.ssh import runner
+
+DEFAULT_WORK = ".mu-ssh"
+DEFAULT_ALIVE_S = 5
+DEFAULT_CONNECT_S = 10
+ALIVE_COUNT = 3
+# sessions one connection carries at once: sshd's MaxSessions is 10 by
+# default; a call past this waits for one to end (slots "self")
+SESSIONS = 8
+MASTER_STOP_S = 1.0
+# an SSH destination as mu passes it (a host profile's name): no option, no
+# space, no path, no shell syntax
+DESTINATION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@%+-]{0,252}\Z")
+
+
+class Options(NamedTuple):
+    """The plugin's argv: `-F`, `--work`, `--alive`, `--connect`."""
+
+    config: Optional[str]
+    work: str = DEFAULT_WORK
+    alive_s: int = DEFAULT_ALIVE_S
+    connect_s: int = DEFAULT_CONNECT_S
+
+    def ssh_options(self) -> List[str]:
+        """What every ssh gets, before its own options."""
+        argv = ["-F", self.config] if self.config else []
+        return argv + ["-o", "BatchMode=yes", "-o", "ServerAliveInterval=%d" % self.alive_s,
+                       "-o", "ServerAliveCountMax=%d" % ALIVE_COUNT, "-o", "ConnectTimeout=%d" % self.connect_s]
+
+    def instance(self) -> str:
+        """The backend configuration (protocol "Handshake"): the config file
+        and the work folder.  Another -F or --work is another instance."""
+        text = "%s\0%s" % (self.config or "", self.work)
+        return "ssh-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def destination(target: Optional[Dict[str, Any]]) -> str:
+    """The call's SSH destination: its target host's name."""
+    host = (target or {}).get("host")
+    name = host.get("name") if isinstance(host, dict) else None
+    if not isinstance(name, str) or not DESTINATION.match(name):
+        raise sdk.Permanent("target.host.name %r is not an SSH destination this plugin takes" % (name,))
+    return name
+
+
+def remote_command(program: str, work: str, args: Sequence[str]) -> str:
+    """The command line the login shell runs: `sh -c <program> mu-ssh <work> <args>`."""
+    return " ".join(["sh", "-c", shlex.quote(program), "mu-ssh", shlex.quote(work)] + [shlex.quote(a) for a in args])
+
+
+class Connection:
+    """How to reach one destination: the client argv, through a master."""
+
+    def __init__(self, options: Options, dest: str, control_path: Optional[str], master: Optional[subprocess.Popen]):
+        self.options = options
+        self.dest = dest
+        self.control_path = control_path  # None: the user's own master, at their ControlPath
+        self.master = master  # ours, or None
+        self._sessions = threading.BoundedSemaphore(SESSIONS)
+
+    @contextlib.contextmanager
+    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
+        """Hold one of the connection's sessions until the block ends;
+        `Retryable` when none frees up by `end` (nothing was sent)."""
+        while not self._sessions.acquire(timeout=0.05):
+            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
+                raise sdk.Retryable("all %d sessions to %s are busy" % (SESSIONS, self.dest))
+        try:
+            yield
+        finally:
+            self._sessions.release()
+
+    def alive(self) -> bool:
+        return self.master is None or self.master.poll() is None
+
+    def client(self) -> List[str]:
+        """The ssh argv of a client, without the destination."""
+        argv = ["ssh"] + self.options.ssh_options() + ["-o", "ControlMaster=no"]
+        if self.control_path:
+            argv += ["-o", "ControlPath=" + self.control_path]
+        return argv
+
+    def argv(self, program: str, args: Sequence[str]) -> List[str]:
+        return self.client() + ["-T", "--", self.dest, remote_command(program, self.options.work, args)]
+
+    def git_ssh_command(self) -> str:
+        """GIT_SSH_COMMAND: this connection's client, for git's transport."""
+        return " ".join(shlex.quote(a) for a in self.client())
+
+    def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
+           acts: bool = False) -> List[str]:
+        """Run a short remote program and return its stdout's lines.
+
+        Raises a connection's typed error when ssh failed and said why; when
+        the connection broke without a reason, or `end` passed, or the call
+        was cancelled: `Retryable` for a read, `UnknownOutcome` for a
+        program that `acts` (it may have run)."""
+        with self.session(end, cancel):
+            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel)
+        lines = ran.out.decode("utf-8", "replace").split("\n")  # file bodies keep their own line breaks
+        if lines and lines[-1] == "":
+            lines.pop()
+        if ran.ended == "exit" and not (ran.code == 255 and not lines):
+            return lines
+        if ran.ended == "exit":
+            err = failure(ran.err.decode("utf-8", "replace"), self.dest, self.options)
+            if isinstance(err, (sdk.Human, sdk.Permanent)):
+                raise err
+            why = err.message
+        else:
+            why = "host %s did not answer in time" % self.dest if ran.ended == "timeout" else "cancelled"
+        if acts:
+            raise sdk.UnknownOutcome(why)
+        if ran.ended == "cancel":
+            raise sdk.Cancelled(why)
+        raise sdk.Retryable(why)
+
+
+class Connections:
+    """The plugin process's connections, one per destination."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._lock = threading.Lock()
+        self._by_dest: Dict[str, Connection] = {}
+        self._locks: Dict[str, threading.Lock] = {}
+        self._folder: Optional[str] = None
+
+    def get(self, dest: str, end: float, cancel: Any = None) -> Connection:
+        """A live connection to `dest`, made on first need (see the module)."""
+        with self._lock:
+            lock = self._locks.setdefault(dest, threading.Lock())
+        with lock:
+            known = self._by_dest.get(dest)
+            if known is not None and known.alive():
+                return known
+            if known is not None:
+                self._stop(known)
+            made = self._connect(dest, end, cancel)
+            self._by_dest[dest] = made
+            return made
+
+    def close(self) -> None:
+        """Stop every master this plugin started and remove its sockets."""
+        with self._lock:
+            made = list(self._by_dest.values())
+            self._by_dest.clear()
+        for conn in made:
+            self._stop(conn)
+        if self._folder is not None:
+            try:
+                for name in os.listdir(self._folder):
+                    os.unlink(os.path.join(self._folder, name))
+                os.rmdir(self._folder)
+            except OSError:
+                pass
+
+    def _connect(self, dest: str, end: float, cancel: Any) -> Connection:
+        if self._users_master(dest, end):
+            return Connection(self.options, dest, None, None)
+        path = os.path.join(self._socket_folder(), hashlib.sha256(dest.encode()).hexdigest()[:16])
+        try:
+            os.unlink(path)  # a master of ours that died
+        except FileNotFoundError:
+            pass
+        argv = (["ssh"] + self.options.ssh_options()
+                + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-o", "ControlPath=" + path,
+                   "-N", "-T", "--", dest])
+        try:
+            # protocol "Process": the master is our child, in our group
+            master = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, close_fds=True)
+        except OSError as exc:
+            raise sdk.Permanent("cannot run ssh: %s" % (exc.strerror or exc)) from None
+        said: List[bytes] = []
+        reader = threading.Thread(target=_drain, args=(master.stderr, said), daemon=True)
+        reader.start()
+        while True:
+            if os.path.exists(path) and master.poll() is None:
+                return Connection(self.options, dest, path, master)
+            if master.poll() is not None:
+                reader.join(1.0)
+                raise failure(b"".join(said).decode("utf-8", "replace"), dest, self.options)
+            if cancel is not None and cancel.is_set():
+                _end(master)
+                raise sdk.Retryable("cancelled while connecting to %s" % dest)
+            if time.monotonic() >= end:
+                _end(master)
+                raise sdk.Retryable("no connection to %s within the call's time" % dest)
+            time.sleep(0.005)
+
+    def _users_master(self, dest: str, end: float) -> bool:
+        """Does the user's configuration name a ControlPath with a live master?"""
+        argv = ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  timeout=max(0.1, min(2.0, end - time.monotonic())), close_fds=True)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+    def _socket_folder(self) -> str:
+        if self._folder is None:
+            import tempfile
+
+            # short: a unix socket's path is at most about 100 bytes
+            base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+            _remove_stale(base)
+            self._folder = tempfile.mkdtemp(prefix="mu-ssh-%d-" % os.getpid(), dir=base)
+        return self._folder
+
+    def _stop(self, conn: Connection) -> None:
+        if conn.master is not None:
+            _end(conn.master)
+        if conn.control_path:
+            try:
+                os.unlink(conn.control_path)
+            except OSError:
+                pass
+
+
+def _remove_stale(base: str) -> None:
+    """Socket folders of our plugin processes that died without their exit
+    (a signal ends a plugin without atexit): the pid in the name is gone."""
+    if not os.path.isdir("/proc/self"):
+        return  # no way to tell a live plugin from a dead one
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 4 or parts[:2] != ["mu", "ssh"] or not parts[2].isdigit():
+            continue
+        folder = os.path.join(base, name)
+        try:
+            if os.stat(folder).st_uid != os.getuid() or os.path.exists("/proc/%s" % parts[2]):
+                continue
+            for entry in os.listdir(folder):
+                os.unlink(os.path.join(folder, entry))
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+def _drain(pipe, said: List[bytes]) -> None:
+    try:
+        while True:
+            chunk = pipe.read1(4096) if hasattr(pipe, "read1") else pipe.read(4096)
+            if not chunk:
+                break
+            if sum(len(c) for c in said) < 8192:
+                said.append(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def _end(master: subprocess.Popen) -> None:
+    if master.poll() is None:
+        master.terminate()
+        try:
+            master.wait(MASTER_STOP_S)
+        except subprocess.TimeoutExpired:
+            master.kill()
+            master.wait()
+
+
+def failure(text: str, dest: str, options: Options) -> sdk.PluginError:
+    """The typed error for an ssh that failed before it ran anything on
+    the host, from what it printed."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Warning: Permanently")]
+    said = lines[-1] if lines else "ssh exited 255 and said nothing"
+    again = "ssh" + ("" if not options.config else " -F " + shlex.quote(options.config)) + " " + dest
+    if "Host key verification failed" in text or "host key for" in text.lower() and "is not known" in text:
+        return sdk.Human("the host key of %s is not known here: %s" % (dest, said),
+                         "run `%s` once and check and accept its key (or add it with ssh-keyscan)" % again)
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "Host key for" in text and "has changed" in text:
+        return sdk.Human("the host key of %s has changed: %s" % (dest, said),
+                         "find out why; once it is trusted, `ssh-keygen -R %s` and run `%s`" % (dest, again))
+    if "Permission denied" in text or "Too many authentication failures" in text:
+        return sdk.Human("%s refused the login: %s" % (dest, said),
+                         "run `%s` and fix what it says (`ssh-copy-id %s`, or `ssh-add` your key)" % (again, dest))
+    if "Could not resolve hostname" in text or "Bad configuration option" in text or "Can't open user config" in text:
+        return sdk.Permanent("cannot reach %s: %s" % (dest, said))
+    return sdk.Retryable("cannot connect to %s: %s" % (dest, said))

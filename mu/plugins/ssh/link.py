@@ -1,0 +1,287 @@
+"""The link over ssh (protocol "The link"): exec, fetch, push, checkSteps.
+
+Paths on the host: the work folder (`--work`, default `.mu-ssh` under
+the remote $HOME) is the link's login directory: `cwd: "."`, a relative
+`remoteCwd` and a relative `remoteRepo` are read inside it, and an
+absolute path is taken as it is.
+
+What a caller may rely on:
+
+- `link.exec` sends the script over stdin to `sh` on the host, in a
+  session of its own with stdin from /dev/null.  The plugin enforces
+  `timeoutMs` itself: at the timeout it closes the connection's channel
+  (the host kills the run when it reads that EOF), then proves over ssh
+  that no process of the run is left (found by its token, even one that
+  left the run's group) and only then answers `exitCode: null`: that is
+  `remoteOnTimeout: "stopped"`.  When it cannot prove it (the network is
+  gone), it answers `unknown-outcome` instead, never a null exit code.  A
+  run that ends by itself has what it left behind killed too
+  (`quiescence: "provable"`).  The host also kills the run on its own a
+  few seconds past `timeoutMs`, and as soon as the connection is gone, so
+  a cut network leaves nothing running there either.
+- A run whose end the plugin did not see (the connection broke) is
+  `unknown-outcome`: it may have run.  A failure to connect is typed as
+  in `mu.plugins.ssh.control`: nothing ran.
+- `link.fetch` runs `git fetch` here with git's transport over the same
+  ssh (GIT_SSH_COMMAND), so FETCH_HEAD names the remote HEAD; `link.push`
+  makes the remote repository when it is absent (`git init`), answers at
+  once when it already holds `rev`, else pushes `rev` to `refs/mu/<rev>`
+  (no branch moves).  Both are bounded by `timeoutMs` as exec is.
+- `link.checkSteps`, phase `reach`: `ssh` (a connection), `git`, `tmux`,
+  `flock` (the channel's lock), `work` (the work folder is writable).  An unknown host key or a refused
+  login is a `human` error: `host check` hands the host back with the
+  remedy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import time
+from typing import Any, Dict, Optional
+
+from mu import sdk
+from mu.plugins.ssh import remote, runner
+from mu.plugins.ssh.control import Connection, Connections, Options
+
+MAX_SCRIPT_BYTES = 262144  # the script travels over stdin; this keeps a request well inside 1 MiB
+DEFAULT_TIMEOUT_MS = 20000
+BACKSTOP_S = 3  # the host kills a run this long past timeoutMs by itself
+PROOF_S = 4.0  # at most this long to prove a timed-out run gone (inside the protocol's grace)
+CANCEL_PROOF_S = 2.0  # the same after a cancel, inside the SDK's 4 s to end a handler
+OUTPUT_LIMIT = runner.LIMIT
+REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
+REV = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
+
+
+def declaration() -> Dict[str, Any]:
+    return {
+        "fetch": True,
+        "push": True,
+        # each invocation's plugin has its own connection; sshd's MaxSessions
+        # is per connection, and the plugin holds its calls under it
+        # (control.SESSIONS)
+        "slots": "self",
+        "remoteOnTimeout": "stopped",
+        "quiescence": "provable",
+        "maxScriptBytes": MAX_SCRIPT_BYTES,
+        "checks": ["reach"],
+    }
+
+
+class LinkSeam:
+    """The link's handlers; mixed into the plugin class (`main.SshPlugin`)."""
+
+    options: Options
+    connections: Connections
+
+    def _connection(self, call: Any, end: float) -> Connection:
+        from mu.plugins.ssh.control import destination
+
+        return self.connections.get(destination(call.target), end, call)
+
+    @sdk.method("link.exec")
+    def exec_(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        script = params.get("script")
+        if not isinstance(script, str):
+            raise sdk.Permanent("link.exec needs a script")
+        data = script.encode("utf-8", "surrogatepass")
+        if len(data) > MAX_SCRIPT_BYTES:
+            raise sdk.Permanent("the script is over %d bytes" % MAX_SCRIPT_BYTES)
+        cwd = _path(params.get("cwd", "."), "cwd")
+        timeout_ms = _timeout(params)
+        began = time.monotonic()
+        end = began + timeout_ms / 1000.0
+        conn = self._connection(call, end)
+        token = secrets.token_hex(12)
+        backstop = str(timeout_ms // 1000 + BACKSTOP_S)
+        argv = conn.argv(remote.EXEC, [str(len(data)), token, backstop, cwd])
+        with conn.session(end, call):
+            ran = runner.run(argv, data, hold_stdin=True, end=end, cancel=call, limit=OUTPUT_LIMIT + 1024)
+        return _exec_answer(conn, ran, token, call)
+
+    @sdk.method("link.fetch")
+    def fetch(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        remote_cwd = _path(params.get("remoteCwd"), "remoteCwd")
+        local = _local_repo(params)
+        end = time.monotonic() + _timeout(params) / 1000.0
+        conn = self._connection(call, end)
+        token = secrets.token_hex(12)
+        argv = ["git", "fetch", "--no-tags", "--upload-pack", _pack_command(conn, "git-upload-pack", token),
+                "%s:%s" % (conn.dest, remote_cwd), "HEAD"]  # writes localRepo's FETCH_HEAD
+        with conn.session(end, call):
+            ran = runner.run(argv, end=end, cancel=call, env=_git_env(conn), cwd=local)
+        return _git_answer(conn, ran, token, call)
+
+    @sdk.method("link.push")
+    def push(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        remote_repo = _path(params.get("remoteRepo"), "remoteRepo")
+        local = _local_repo(params)
+        rev = params.get("rev")
+        if not isinstance(rev, str) or not REV.match(rev):
+            raise sdk.Permanent("rev must be a full commit id")
+        end = time.monotonic() + _timeout(params) / 1000.0
+        conn = self._connection(call, end)
+        try:
+            said = (conn.op(remote.ENSURE_REPO, [remote_repo, rev], end, call, acts=True) or [""])[0]
+        except sdk.UnknownOutcome as exc:
+            if time.monotonic() >= end:
+                return _answer(None, "", "", False)
+            raise sdk.UnknownOutcome("push to %s: %s" % (conn.dest, exc.message)) from None
+        if said == "held":
+            return _answer(0, "", "", False)  # protocol "The link": already holds it, untouched
+        if said not in ("made", "exists"):
+            raise sdk.Permanent("push to %s: %s" % (conn.dest, said[5:] if said.startswith("fail ") else said))
+        token = secrets.token_hex(12)
+        argv = ["git", "push", "-q", "--no-verify", "--receive-pack", _pack_command(conn, "git-receive-pack", token),
+                "%s:%s" % (conn.dest, remote_repo), "%s:refs/mu/%s" % (rev, rev)]
+        with conn.session(end, call):
+            ran = runner.run(argv, end=end, cancel=call, env=_git_env(conn), cwd=local)
+        return _git_answer(conn, ran, token, call)
+
+    @sdk.method("link.checkSteps")
+    def check_steps(self, params: Dict[str, Any], call: Any) -> list:
+        if params.get("phase") != "reach":
+            return []
+        end = time.monotonic() + 8.0  # inside the read's 10 s
+        try:
+            conn = self._connection(call, end)
+        except sdk.Human:
+            raise  # protocol "The link": a human error is a hand-back
+        except sdk.PluginError as exc:
+            skipped = [{"step": s, "ok": None, "detail": "skipped: no connection"} for s in REACH_STEPS]
+            return [{"step": "ssh", "ok": False, "detail": exc.message}] + skipped
+        steps = [{"step": "ssh", "ok": True, "detail": "connected to %s" % conn.dest}]
+        try:
+            lines = conn.op(remote.REACH, [], end, call)
+        except sdk.Human:
+            raise
+        except sdk.PluginError as exc:
+            return steps + [{"step": "git", "ok": False, "detail": exc.message}]
+        for line in lines:
+            step, _, rest = line.partition(" ")
+            verdict, _, detail = rest.partition(" ")
+            if step in REACH_STEPS:
+                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
+        return steps
+
+
+def _exec_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Dict[str, Any]:
+    stdout = ran.out
+    stderr, trailer = _split_trailer(ran.err, ran.err_tail, token)
+    partial = len(stdout) > OUTPUT_LIMIT or len(stderr) > OUTPUT_LIMIT or (ran.partial and trailer is None)
+    out_text = stdout[:OUTPUT_LIMIT].decode("utf-8", "replace")
+    err_text = stderr[:OUTPUT_LIMIT].decode("utf-8", "replace")
+    if ran.ended == "exit" and trailer is not None:
+        what, _, rest = trailer.partition(":")
+        if what == "fail":
+            raise sdk.Permanent(rest)  # the bootstrap said why before anything ran
+        code, _, left = rest.partition(":")
+        if what == "exit" and code.isdigit():
+            if left:
+                err_text += "\nmu-plugin-ssh: something the script started survived SIGKILL on the host\n"
+            return _answer(int(code), out_text, err_text, partial)
+    if ran.ended == "exit":
+        # ssh ended, the run's end was not seen
+        text = ran.err.decode("utf-8", "replace")
+        if ran.code == 255:
+            from mu.plugins.ssh.control import failure
+
+            err = failure(text, conn.dest, conn.options)
+            if isinstance(err, (sdk.Human, sdk.Permanent)):
+                raise err
+        raise sdk.UnknownOutcome("the connection to %s broke before the script's end was seen" % conn.dest)
+    # timed out or cancelled: the local ssh is gone, so the host sees EOF
+    # and kills the run; prove it before answering (remoteOnTimeout "stopped")
+    # a cancel (mu stops us) leaves the SDK 4 s to answer: a shorter proof
+    seconds = PROOF_S if ran.ended == "timeout" else CANCEL_PROOF_S
+    proven = _prove_gone(conn, remote.RUN_VAR, token, "runs/%s" % token, call, seconds)
+    if ran.ended == "cancel":
+        raise sdk.Cancelled("cancelled; the run was %s" % ("stopped" if proven else "not proven stopped"))
+    if not proven:
+        raise sdk.UnknownOutcome("the script timed out and could not be proven stopped on %s" % conn.dest)
+    return _answer(None, out_text, err_text, partial)
+
+
+def _git_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Dict[str, Any]:
+    out = ran.out[:OUTPUT_LIMIT].decode("utf-8", "replace")
+    err = ran.err[:OUTPUT_LIMIT].decode("utf-8", "replace")
+    if ran.ended == "exit":
+        return _answer(ran.code, out, err, ran.partial)
+    seconds = PROOF_S if ran.ended == "timeout" else CANCEL_PROOF_S
+    proven = _prove_gone(conn, remote.RUN_VAR, token, "", call, seconds)
+    if ran.ended == "cancel":
+        raise sdk.Cancelled("cancelled")
+    if not proven:
+        raise sdk.UnknownOutcome("git timed out and its remote side could not be proven stopped on %s" % conn.dest)
+    return _answer(None, out, err, ran.partial)
+
+
+def _prove_gone(conn: Connection, var: str, token: str, leftover: str, call: Any, seconds: float) -> bool:
+    """Kill and look for every process carrying `var=token` on the host;
+    True only when the host says none is left."""
+    end = time.monotonic() + seconds
+    if call.deadline is not None:
+        end = min(end, time.monotonic() + (call.deadline / 1000.0 - time.time()) - 0.5)
+    try:
+        lines = conn.op(remote.SWEEP, [var, token, leftover], end)
+    except sdk.PluginError:
+        return False
+    return lines[:1] == ["gone"]
+
+
+def _split_trailer(err: bytes, tail: bytes, token: str):
+    """stderr without the bootstrap's trailer, and the trailer's text."""
+    mark = (remote.TRAILER + token + ":").encode()
+    trailer = None
+    at = tail.rfind(mark)
+    if at >= 0:
+        line = tail[at + len(mark):].split(b"\n", 1)[0]
+        trailer = line.decode("utf-8", "replace")
+    cut = err.rfind(mark)
+    if cut >= 0:
+        err = err[:cut]
+    return err, trailer
+
+
+def _pack_command(conn: Connection, program: str, token: str) -> str:
+    """git's --upload-pack / --receive-pack: the program, run in the work
+    folder with the run's token (so a timeout can prove it gone); git
+    appends the repository's path as its last word."""
+    body = ('W=$1; shift; case $W in /*) ;; *) W=$HOME/$W ;; esac; mkdir -p -- "$W" && cd -- "$W" && '
+            'exec env %s=%s %s "$@"' % (remote.RUN_VAR, token, program))
+    return "sh -c %s mu-ssh %s" % (shlex.quote(body), shlex.quote(conn.options.work))
+
+
+def _git_env(conn: Connection) -> Dict[str, str]:
+    env = dict(os.environ)
+    env["GIT_SSH_COMMAND"] = conn.git_ssh_command()
+    env["GIT_SSH_VARIANT"] = "ssh"
+    env["GIT_TERMINAL_PROMPT"] = "0"  # nothing here may wait for a person
+    return env
+
+
+def _answer(code: Optional[int], stdout: str, stderr: str, partial: bool) -> Dict[str, Any]:
+    return {"exitCode": code, "stdout": stdout, "stderr": stderr, "partial": bool(partial)}
+
+
+def _path(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
+        raise sdk.Permanent("%s must be a non-empty path on the host" % what)
+    return value
+
+
+def _timeout(params: Dict[str, Any]) -> int:
+    timeout = params.get("timeoutMs", DEFAULT_TIMEOUT_MS)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        raise sdk.Permanent("timeoutMs must be a positive integer")
+    return timeout
+
+
+def _local_repo(params: Dict[str, Any]) -> str:
+    local = params.get("localRepo")
+    if not isinstance(local, str) or not os.path.isabs(local) or not os.path.isdir(local):
+        raise sdk.Permanent("localRepo is not an absolute folder: %s" % (local,))
+    return local

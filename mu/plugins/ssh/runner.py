@@ -1,0 +1,167 @@
+"""One local ssh (or git) process, fed and read within a deadline.
+
+`run` is what every remote operation goes through: it writes the given
+bytes to the child's stdin while it reads stdout and stderr (so a large
+script and a chatty run never wait on each other), optionally holds stdin
+open until the child is done (the exec bootstrap reads its EOF as "the
+plugin is gone"), and keeps the first `limit` bytes of each stream and the
+last `TAIL_BYTES` of stderr (where the bootstrap's trailer is, however much
+the run wrote).  At the deadline or on a cancel the child and everything
+under it is killed before `run` returns (mu.sdk.procs.kill_tree): nothing
+of it outlives the call.  The child stays in the plugin's process group
+(protocol "Process").
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import time
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+
+from mu.sdk.errors import Permanent
+
+LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
+TAIL_BYTES = 4096
+_TICK_S = 0.05  # how soon a cancel is seen
+
+
+class Ran(NamedTuple):
+    """What a run gave.  `ended` is "exit", "timeout" or "cancel"; `code`
+    the exit status (None unless it exited; 128+N for signal N)."""
+
+    ended: str
+    code: Optional[int]
+    out: bytes
+    err: bytes
+    err_tail: bytes
+    partial: bool
+
+
+def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end: Optional[float] = None,
+        cancel: Any = None, limit: int = LIMIT, env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None) -> Ran:
+    """Run `argv`, feed it `data`, and collect its output until it exits,
+    `end` (monotonic seconds) passes, or `cancel` (anything with
+    ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
+    the program cannot start."""
+    event = getattr(cancel, "cancelled", cancel)
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=None if env is None else dict(env), cwd=cwd, close_fds=True)
+    except OSError as exc:
+        raise Permanent("cannot run %s: %s" % (argv[0], exc.strerror or exc)) from None
+    out = _Head(limit)
+    err = _Head(limit)
+    tail = bytearray()
+    pending = memoryview(data)
+    stdin = proc.stdin
+    os.set_blocking(stdin.fileno(), False)
+    selector = selectors.DefaultSelector()
+    readers: Dict[int, _Head] = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    for fd in readers:
+        selector.register(fd, selectors.EVENT_READ)
+    if pending:
+        selector.register(stdin.fileno(), selectors.EVENT_WRITE)
+    elif not hold_stdin:
+        stdin.close()
+    ended = "exit"
+    try:
+        while readers:
+            wait = _wait(end, event)
+            if wait is not None and wait <= 0:
+                ended = "timeout"
+                break
+            for key, _mask in selector.select(wait):
+                if key.fd in readers:
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        del readers[key.fd]
+                        continue
+                    readers[key.fd].add(chunk)
+                    if key.fd == proc.stderr.fileno():
+                        tail += chunk
+                        del tail[:-TAIL_BYTES]
+                    continue
+                try:
+                    sent = os.write(key.fd, pending[:65536])
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    sent = len(pending)  # it stopped reading: nothing more goes in
+                pending = pending[sent:]
+                if not pending:
+                    selector.unregister(key.fd)
+                    if not hold_stdin:
+                        stdin.close()
+            if event is not None and event.is_set():
+                ended = "cancel"
+                break
+        if ended == "exit":
+            ended = _reap(proc, end, event)
+    finally:
+        selector.close()
+        if proc.returncode is None:  # timed out, cancelled, or failed on our side
+            _kill(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+    code = None if ended != "exit" else _status(proc.returncode)
+    return Ran(ended, code, out.data(), err.data(), bytes(tail), out.partial or err.partial)
+
+
+def _reap(proc: subprocess.Popen, end: Optional[float], event: Any) -> str:
+    while True:
+        wait = _wait(end, event)
+        if wait is not None and wait <= 0:
+            return "timeout"
+        try:
+            proc.wait(wait)
+            return "exit"
+        except subprocess.TimeoutExpired:
+            if event is not None and event.is_set():
+                return "cancel"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    from mu.sdk.procs import kill_tree
+
+    kill_tree(proc.pid, None)
+    proc.wait()
+
+
+def _wait(end: Optional[float], event: Any) -> Optional[float]:
+    left = None if end is None else end - time.monotonic()
+    if left is not None and left <= 0:
+        return 0.0
+    if event is None:
+        return left
+    return _TICK_S if left is None else min(left, _TICK_S)
+
+
+def _status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Head:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: List[bytes] = []
+        self.size = 0
+        self.partial = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - self.size
+        if len(chunk) > room:
+            self.partial = True
+            chunk = chunk[:max(0, room)]
+        if chunk:
+            self.chunks.append(chunk)
+            self.size += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
