@@ -46,7 +46,7 @@ def body(opts: harness.Options) -> None:
             "SELECT sql FROM sqlite_master WHERE tbl_name IN ('journal', 'effects') AND sql IS NOT NULL ORDER BY type DESC"
         ):
             bare.execute(sql)
-    journal = Journal(path)
+    journal = Journal(path, background=False)  # only the timed flush writes
     params = json.dumps({"target": {"host": {"name": "box"}}, "key": "k", "params": {}})
     rows = [
         (uuid7(), 0, "bench", 1, os.getpid(), "core", f"call bench.echo {i}.0ms ok") for i in range(ENTRIES)

@@ -129,6 +129,7 @@ def test_follow_json_is_one_object_a_line(history):
 
 
 def test_journal_buffer_is_written_at_flush(tmp_path):
+    assert query(path=str(tmp_path / "j.db")) == []  # the database made first: the check below takes no time
     j = Journal(str(tmp_path / "j.db"))
     j.record("one")
     j.record("two  with\nspaces")
@@ -169,3 +170,79 @@ def test_a_call_entry_names_its_target(fake):
     run_mu("plugin", "add", "fake", "--", str(fake))
     run_mu("plugin", "call", "fake", "fake.echo", "{}", "--host", "box")
     assert any(e["text"].startswith("call fake.echo host=box ") for e in log_json())
+
+
+def test_entries_reach_the_database_without_anyone_flushing(tmp_path):
+    path = str(tmp_path / "j.db")
+    j = Journal(path)
+    j.record("on its own")
+    wait_for(lambda: [e.text for e in query(path=path)] == ["on its own"], what="the background flush")
+
+
+def test_recording_never_waits_for_the_database(tmp_path):
+    # A flush that waits on another process's write lock runs on the
+    # journal's own thread, never on the thread that records a call.
+    import sqlite3
+    import threading
+
+    path = str(tmp_path / "j.db")
+    assert query(path=path) == []  # made and migrated
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    released = threading.Timer(0.6, holder.rollback)
+    released.start()
+    try:
+        j = Journal(path)
+        slowest, texts = 0.0, []
+        until = time.monotonic() + 0.4  # past the quarter second after which a flush is due
+        while time.monotonic() < until:
+            texts.append(f"entry {len(texts)}")
+            started = time.monotonic()
+            j.record(texts[-1])
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.005)
+        assert slowest < 0.2, f"a record() waited {slowest:.3f}s"
+    finally:
+        released.join()
+        holder.close()
+    # The lock gone, the flush that waited for it writes every entry, in order.
+    wait_for(lambda: [e.text for e in query(path=path)] == texts, what="the entries after the lock")
+    assert j.lost == 0
+
+
+def test_a_later_text_is_made_at_the_flush(tmp_path):
+    path = str(tmp_path / "j.db")
+    made = []
+
+    def text_of(name, ms):
+        made.append(name)
+        return f"call {name} {ms:.1f}ms ok"
+
+    def broken(_):
+        raise ValueError("a bug in a formatter")
+
+    assert query(path=path) == []
+    j = Journal(path)
+    j.record_later(text_of, ("fake.echo", 1.5), plugin="fake", pid=7)
+    j.record_later(broken, (1,))
+    j.record("after")
+    assert made == []  # nothing formatted on the recording thread
+    j.flush()
+    assert made == ["fake.echo"]
+    entries = query(path=path)
+    assert [e.text for e in entries][0::2] == ["call fake.echo 1.5ms ok", "after"]
+    assert "could not be made" in entries[1].text  # one broken formatter loses no other entry
+    assert (entries[0].plugin, entries[0].pid) == ("fake", 7)
+    assert [e.id for e in entries] == sorted(e.id for e in entries)
+
+
+def test_a_journal_without_background_writes_only_when_flushed(tmp_path):
+    # For a caller that times its own flushes (bench/store_writes.py).
+    path = str(tmp_path / "j.db")
+    assert query(path=path) == []
+    j = Journal(path, background=False)
+    j.record("held")
+    time.sleep(0.5)  # past the quarter second after which the background would have written it
+    assert query(path=path) == []
+    j.flush()
+    assert [e.text for e in query(path=path)] == ["held"]

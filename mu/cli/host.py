@@ -17,7 +17,7 @@ Options:
   --max-sessions <n>    How many link calls may run on the host at once.
   --provider <plugin>   The plugin that provides the host.
   --param <key=value>   A parameter for the provider's acquire; repeatable.
-  --force               Release even while agents use the host.
+  --force               Close the agents that use the host first, then release it.
   --key <key>           The key of the host's open effect, as mu printed it.
   --exists              You checked: the provider still holds the host.
   --absent              You checked: the provider holds no such host.
@@ -33,14 +33,20 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from mu import environment
+from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
 from mu.errors import EXIT_CALL_FAILED, EXIT_TIMED_OUT, Human, LoadRuleError, UsageError
-from mu.seams import host as host_seam
-from mu.seams.link import Link, check_template
 from mu.store import hosts, plugins
 from mu.store.hosts import Profile, ProviderHost
-from mu.store.journal import journal
+
+# The seams (and through them the runtime and the effects engine) are
+# imported by the verbs that call a plugin, when they first do: `mu host
+# list` reads records and calls none.
+host_seam = Lazy("mu.seams.host")
+journal = Lazy("mu.store.journal", "journal")
+Link = Lazy("mu.seams.link", "Link")
+check_template = Lazy("mu.seams.link", "check_template")
 
 PHASES = ("template", "reach", "agent")
 
@@ -89,7 +95,9 @@ def verb_add(args: Dict[str, Any]) -> int:
         problem = check_template(template)
         if problem:
             raise UsageError(f"--fetch template is not usable: {problem}")
-    hosts.add_profile(name, plugin, template, args["--repo"], max_sessions)
+    # protocol "Handshake": the profile's identity is plugin:<name>:<instance>,
+    # the instance its registration answered as
+    hosts.add_profile(name, plugin, template, args["--repo"], max_sessions, record.handshake.get("instance"))
     journal().record(f"host add {name} --plugin {plugin}", plugin=plugin)
     emit(f"added host {name}: plugin {plugin}'s link")
     if "job" not in record.seams:
@@ -130,8 +138,12 @@ def verb_acquire(args: Dict[str, Any]) -> int:
 
 def verb_release(args: Dict[str, Any]) -> int:
     name = args["<name>"]
-    done = host_seam.release(name, force=args["--force"])
-    emit(f"host {name}: {done}")
+    from mu import api  # the agent verbs' modules: only the release needs them
+
+    released = api.host_release(name, force=bool(args["--force"]))
+    for closed in released.closed:
+        emit(f"closed {closed.agent}")
+    emit(f"host {name}: {released.done}")
     return 0
 
 

@@ -10,29 +10,32 @@ Verbs:
   task      record the tasks agents take
   agent     spawn, read and close agents
   log       read the journal of plugin processes and mu's own events
+  wait      wait for an agent's turn to settle, its death, or its host's deadline
+  state     every agent, host and notice at a glance
+  send      deliver a message to an agent, exactly once
+  command   run one of an agent's commands, exactly once
+  interrupt interrupt an agent's turn with a message
+  abort     abort an agent's turn
+  answer    answer an agent's pending question
+  collect   bring an agent's commits back onto branch mu/<workstream>/<name>
   help      print a verb's usage
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-from types import ModuleType
-from typing import List, Optional
 
 import mu
-from mu.cli.output import error
-from mu.errors import (
-    EXIT_INTERNAL,
-    EXIT_USAGE,
-    LoadRuleError,
-    MuError,
-    Refused,
-    StateError,
-    Terminating,
-    TrustError,
-    UsageError,
-)
+
+# `mu --version` and `mu help` are answered before anything else is
+# imported (`main`'s first step): no typing, no docopt, no runtime.  What the
+# other verbs need is imported once one of them runs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import List, Optional
+
+    from mu.errors import MuError
 
 # One table of verb groups; each module's docstring is its docopt usage and
 # its `run(args)` the verb.
@@ -42,6 +45,14 @@ GROUPS = {
     "task": "mu.cli.task",
     "agent": "mu.cli.agent",
     "log": "mu.cli.log",
+    "wait": "mu.cli.wait",
+    "state": "mu.cli.state",
+    "send": "mu.cli.send",
+    "command": "mu.cli.send",
+    "interrupt": "mu.cli.send",
+    "abort": "mu.cli.send",
+    "answer": "mu.cli.send",
+    "collect": "mu.cli.collect",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.
@@ -53,7 +64,11 @@ Prints <verb>'s usage, or without one mu's usage and its verbs."""
 
 def group_module(verb: str) -> ModuleType:
     if verb not in GROUPS:
+        from mu.errors import UsageError
+
         raise UsageError(f"{verb!r} is not a mu verb", "`mu help` lists the verbs")
+    import importlib
+
     return importlib.import_module(GROUPS[verb])
 
 
@@ -68,6 +83,8 @@ def parse(module: ModuleType, argv: List[str]) -> dict:
     """docopt over the group's usage; bad usage is a `UsageError`."""
     from docopt import DocoptExit, docopt
 
+    from mu.errors import UsageError
+
     try:
         return docopt(module.__doc__, argv=argv, default_help=False)
     except DocoptExit:
@@ -80,6 +97,8 @@ def _wants_help(argv: List[str]) -> bool:
 
 
 def dispatch(argv: List[str]) -> int:
+    from mu.errors import EXIT_USAGE, UsageError
+
     if not argv:
         sys.stderr.write(usage_of(None) + "\n")
         return EXIT_USAGE
@@ -102,10 +121,43 @@ def dispatch(argv: List[str]) -> int:
     return module.run(parse(module, argv))
 
 
+def answer_at_once(argv: List[str]) -> Optional[int]:
+    """The exit code of `mu --version`, `mu help` and `mu -h`, answered
+    without importing any other module; None for any other command line.
+    Nothing they do needs the signal handling or the state folder."""
+    if argv == ["--version"]:
+        text = f"mu {mu.__version__}"
+    elif argv in (["help"], ["-h"], ["--help"]):
+        text = usage_of(None)
+    elif argv in (["help", "help"], ["help", "-h"], ["help", "--help"]):
+        text = HELP_USAGE
+    else:
+        return None
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _quiet_stdout()  # the reader went away (`mu help | head -1`): not an error
+    except KeyboardInterrupt:
+        # No handlers are installed this early: a SIGINT ends mu by that
+        # signal (128+N), as it would any other verb, without a traceback.
+        import _signal  # built in: no import cost
+
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        import os
+
+        os.kill(os.getpid(), _signal.SIGINT)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    quick = answer_at_once(argv)
+    if quick is not None:
+        return quick
+    from mu.cli.output import error
+    from mu.errors import EXIT_INTERNAL, LoadRuleError, MuError, Refused, Terminating, TrustError
     from mu.runtime.supervisor import supervisor
 
-    argv = sys.argv[1:] if argv is None else argv
     supervisor.install()
     code = 0
     reported: Optional[MuError] = None
@@ -161,6 +213,9 @@ def _journal_refusal(e: MuError) -> None:
 def _warn_lost_journal(reported: Optional[MuError]) -> None:
     """One warning line when the journal dropped entries, unless the error
     already printed was about mu's state (it named the same database)."""
+    from mu.cli.output import error
+    from mu.errors import StateError
+
     if "mu.store.journal" not in sys.modules or isinstance(reported, StateError):
         return
     from mu.store.journal import lost
@@ -176,3 +231,13 @@ def _quiet_stdout() -> None:
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+
+
+def __getattr__(name: str) -> object:
+    # The exit codes as this module's names (`main.EXIT_INTERNAL`), without
+    # importing mu.errors for `mu --version`.
+    if name.startswith("EXIT_"):
+        from mu import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,13 +7,16 @@ line of remedy in parentheses after it.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
-from typing import Any, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 
 def emit_json(document: Any) -> None:
+    import json  # where it is used: a verb that prints text never needs it
+
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 
 
@@ -28,6 +31,8 @@ def error(message: str, hint: Optional[str] = None) -> None:
 
 
 def iso_ms(epoch_ms: int) -> str:
+    import datetime
+
     moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 

@@ -25,15 +25,19 @@ import sqlite3
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, table
 from mu.errors import CallError, LoadRuleError, Refused, UnknownOutcome, UsageError
 from mu.protocol.constants import EXECUTABLE_PREFIX
 from mu.runtime import trust
-from mu.seams import consumers
 from mu.store import hosts, plugins
 from mu.store.hosts import Host, ProviderHost
-from mu.store.journal import journal
+
+# Imported by the verbs that change a registration, when they first do:
+# `mu plugin list` reads records only.
+consumers = Lazy("mu.seams.consumers")
+journal = Lazy("mu.store.journal", "journal")
 
 # Methods that `plugin call` never sends: mu's own, the effects (which must
 # go through intent records), and the link's acting methods.

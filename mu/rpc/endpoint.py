@@ -60,7 +60,7 @@ class PendingCall:
     is nudged, so that its waiter can take over reading for everyone.  A
     `channel.watch` call whose reply opened a watch has it in `watch`."""
 
-    __slots__ = ("id", "method", "written", "reply", "failure", "opens_watch", "watch", "_settled", "_gate")
+    __slots__ = ("id", "method", "written", "reply", "failure", "opens_watch", "watch", "settled", "_gate")
 
     def __init__(self, id: int, method: str) -> None:
         self.id = id
@@ -70,7 +70,7 @@ class PendingCall:
         self.failure: Optional[BaseException] = None
         self.opens_watch = method in WATCH_METHODS
         self.watch: Optional[OpenWatch] = None
-        self._settled = False
+        self.settled = False  # a plain attribute, read on every call's path; set once, by `settle`
         # A bare lock as a one-shot gate, held until a settle or a nudge
         # opens it: an Event would cost a Condition per call, and most calls
         # are read by their own thread and never wait on it at all.
@@ -79,8 +79,11 @@ class PendingCall:
 
     def settle(self, reply: Optional[Reply] = None, failure: Optional[BaseException] = None) -> None:
         self.reply, self.failure = reply, failure
-        self._settled = True
-        self._open()
+        self.settled = True
+        try:
+            self._gate.release()
+        except RuntimeError:
+            pass  # already open
 
     def nudge(self) -> None:
         self._open()
@@ -94,13 +97,9 @@ class PendingCall:
     def wait(self, timeout: Optional[float]) -> bool:
         """Wait until settled or nudged or `timeout`; returns `settled`.
         Each wake-up closes the gate again behind it."""
-        if not self._settled:
+        if not self.settled:
             self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
-        return self._settled
-
-    @property
-    def settled(self) -> bool:
-        return self._settled
+        return self.settled
 
 
 class OpenWatch:

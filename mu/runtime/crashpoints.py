@@ -16,7 +16,9 @@ crashes only once that method's request is written.
 
 Points: `request-written` (a plugin request is on the wire, its reply not
 yet read; the subject is the method); `plugin-forked` (a plugin's process
-exists, mu does not track it yet; the subject is the plugin's name).
+exists, mu does not track it yet; the subject is the plugin's name);
+`delivery-claimed` (a resolution has claimed an earlier delivery's intent
+and asked nothing yet; the subject is the delivery's method).
 """
 
 from __future__ import annotations

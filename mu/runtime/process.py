@@ -77,12 +77,12 @@ class Token:
 class Handle:
     """A call in flight from `submit()`; `result(deadline)` collects it."""
 
-    __slots__ = ("_process", "call", "_what", "_started")
+    __slots__ = ("_process", "call", "_target", "_started")
 
-    def __init__(self, process: "PluginProcess", call: PendingCall, what: str, started: float) -> None:
+    def __init__(self, process: "PluginProcess", call: PendingCall, target: Any, started: float) -> None:
         self._process = process
         self.call = call
-        self._what = what  # the call as the journal names it
+        self._target = target  # the call's target, which the journal names
         self._started = started
 
     @property
@@ -97,8 +97,8 @@ class Handle:
         call = self.call
         process = self._process
         if not call.settled and not process._reader.wait_for(call, deadline):  # type: ignore[union-attr]
-            process._missed(call, self._what, self._started)
-        return process._outcome(call, self._what, self._started)
+            process._missed(call, self._target, self._started)
+        return process._outcome(call, self._target, self._started)
 
     def watch(self, deadline: Deadline) -> Watch:
         """For a submitted `channel.watch`: the `Watch` its reply opened
@@ -237,42 +237,47 @@ class PluginProcess:
 
     def request(self, method: str, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token] = None) -> Any:
         """Send one request and wait for its reply until `deadline`."""
-        call, what, started = self._round_trip(method, params, deadline, cancel)
-        return self._outcome(call, what, started)
+        # `_round_trip`, written out: this is the path of every call.
+        alone = not self.endpoint.busy
+        call, started, leading = self._send(method, params, deadline, cancel, alone)
+        if leading:
+            self._reader.lead(call, deadline)  # type: ignore[union-attr]
+        if not call.settled and not self._reader.wait_for(call, deadline, alone):  # type: ignore[union-attr]
+            self._missed(call, params.get("target"), started)
+        return self._outcome(call, params.get("target"), started)
 
     def submit(self, method: str, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token] = None) -> Handle:
         """Write one request and return at once; its `Handle` collects the
         reply (`result(deadline)`).  Raises as `request` does for a call
         that could not be written."""
         call, started, _ = self._send(method, params, deadline, cancel, False)
-        return Handle(self, call, _call_text(method, params.get("target")), started)
+        return Handle(self, call, params.get("target"), started)
 
     def watch(self, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token] = None) -> Watch:
         """A `channel.watch` call; its reply opens the returned `Watch`
         (protocol "The channel").  A reply without a usable `watchId` is
         an answer mu cannot use: `Unanswered`."""
-        call, what, started = self._round_trip("channel.watch", params, deadline, cancel)
-        result = self._outcome(call, what, started)
+        call, target, started = self._round_trip("channel.watch", params, deadline, cancel)
+        result = self._outcome(call, target, started)
         if call.watch is None or not isinstance(result, dict):
             raise Unanswered(f"plugin {self.name} answered channel.watch without a watchId")
         return Watch(self, call.watch, result)
 
     def _round_trip(self, method: str, params: Dict[str, Any], deadline: Deadline,
                     cancel: Optional[Token]) -> tuple:
-        """Write a call and wait until it settles; (call, what, started).
+        """Write a call and wait until it settles; (call, target, started).
         Alone, the caller reads its own reply (no thread hop); among other
         calls in flight it lets the role's holder or the reactor read for
         it (handing the role round a crowd costs more than it saves)."""
         alone = not self.endpoint.busy
         call, started, leading = self._send(method, params, deadline, cancel, alone)
-        # Named while the plugin works on the call (on another CPU, for free).
-        what = _call_text(method, params.get("target"))
         reader = self._reader
         if leading:
             reader.lead(call, deadline)  # type: ignore[union-attr]
+        target = params.get("target")
         if not call.settled and not reader.wait_for(call, deadline, alone):  # type: ignore[union-attr]
-            self._missed(call, what, started)
-        return call, what, started
+            self._missed(call, target, started)
+        return call, target, started
 
     def cancel_watch(self, watch: Watch) -> bool:
         """End `watch` early: marked cancelled first (a notification that
@@ -342,25 +347,27 @@ class PluginProcess:
             return f"it is {self.state}"
         return "the call was cancelled"
 
-    def _missed(self, call: PendingCall, what: str, started: float) -> None:
+    def _missed(self, call: PendingCall, target: Any, started: float) -> None:
         # protocol "Timeouts and cancel": past the deadline, $/cancel and
         # the stop sequence; a reply arriving meanwhile is ignored.
-        self._journal_call(what, started, "no answer by the deadline")
+        self._journal_call(call, target, started, "no answer by the deadline")
         self.stop(f"{call.method} passed its deadline")
         raise Unanswered(f"plugin {self.name} gave no answer to {call.method} by its deadline")
 
-    def _outcome(self, call: PendingCall, what: str, started: float) -> Any:
-        """The settled call's result, or its typed error; journaled."""
+    def _outcome(self, call: PendingCall, target: Any, started: float) -> Any:
+        """The settled call's result, or its typed error; journaled (its
+        text made at the flush: `_call_entry`)."""
         reply = call.reply
         if reply is not None and reply.error is None:
-            self.journal.record(f"call {what} {(_monotonic() - started) * 1000:.1f}ms ok", plugin=self.name, pid=self.pid)
+            self.journal.record_later(_call_entry, (call.method, target, _monotonic() - started, "ok"),
+                                      plugin=self.name, pid=self.pid)
             return reply.result
         if call.failure is not None:
-            self._journal_call(what, started, "unanswered")
+            self._journal_call(call, target, started, "unanswered")
             raise call.failure
         assert reply is not None and reply.error is not None
         error = reply.error
-        self._journal_call(what, started, error.kind)
+        self._journal_call(call, target, started, error.kind)
         text = f"plugin {self.name}: {call.method}: {error.message} ({error.kind})"
         if error.kind == "retryable":
             raise Retryable(text)
@@ -370,9 +377,9 @@ class PluginProcess:
             raise UnknownOutcome(text)
         raise Permanent(text)
 
-    def _journal_call(self, what: str, started: float, outcome: str) -> None:
-        ms = (_monotonic() - started) * 1000
-        self.journal.record(f"call {what} {ms:.1f}ms {outcome}", plugin=self.name, pid=self.pid)
+    def _journal_call(self, call: PendingCall, target: Any, started: float, outcome: str) -> None:
+        self.journal.record_later(_call_entry, (call.method, target, _monotonic() - started, outcome),
+                                  plugin=self.name, pid=self.pid)
 
     # -- what the reader and the reactor report ------------------------------------
 
@@ -502,6 +509,13 @@ def _call_text(method: str, target: Any) -> str:
     """A call as the journal names it: its method and its target's names."""
     where = _target_text(target)
     return f"{method} {where}" if where else method
+
+
+def _call_entry(method: str, target: Any, seconds: float, outcome: str) -> str:
+    """A call's journal entry, made at the flush: the call's names (never
+    its params), how long it took, and its outcome.  The target is read
+    then, so callers build a call's target for that call (mu's seams do)."""
+    return f"call {_call_text(method, target)} {seconds * 1000:.1f}ms {outcome}"
 
 
 def _target_text(target: Any) -> str:

@@ -90,6 +90,10 @@ class Reactor:
         os.set_blocking(self._wake_w, False)
         self._ep = select.epoll() if _EPOLL else _SelectorSet(self.wake)
         self._ep.register(self._wake_r, IN)
+        # `arm` and `disarm` as one call of the set itself, for the path of
+        # every call (reading.py): modify(fd, IN) arms, modify(fd, ONESHOT)
+        # disarms, with the same rules.
+        self.modify = self._ep.modify
         self._thread = threading.Thread(target=self._run, name="mu-reactor", daemon=True)
         self._thread.start()
 

@@ -53,6 +53,7 @@ from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import PendingCall
+from mu.runtime.reactor import IN, ONESHOT
 
 if TYPE_CHECKING:
     from mu.runtime.process import PluginProcess
@@ -69,7 +70,7 @@ class Reader:
     """stdout of one plugin process: the read role, and routing."""
 
     __slots__ = (
-        "_fd", "_process", "_reactor", "_lock", "_holder", "_armed", "_open", "_eof", "_stopping",
+        "_fd", "_process", "_reactor", "_modify", "_lock", "_holder", "_armed", "_open", "_eof", "_stopping",
         "_poll", "_splitter", "_kick_r", "_kick_w", "_poll_first",
     )
 
@@ -77,6 +78,7 @@ class Reader:
         self._fd = fd
         self._process = process
         self._reactor = reactor
+        self._modify = reactor.modify  # arm: (fd, IN); disarm: (fd, ONESHOT)
         self._lock = threading.Lock()  # the role, `_armed`, and every change to stdout's place in the set
         self._holder = 0  # thread id of the role's holder; 0: free
         self._armed = True  # stdout is armed in the reactor's set (once started)
@@ -112,7 +114,7 @@ class Reader:
             self._holder = _me()
             if self._armed:
                 self._armed = False
-                self._reactor.disarm(self._fd)
+                self._modify(self._fd, ONESHOT)
         return True
 
     def leave(self) -> None:
@@ -124,7 +126,7 @@ class Reader:
             self._holder = 0
             if self._open and not self._eof and not self._armed:
                 self._armed = True
-                self._reactor.arm(self._fd)
+                self._modify(self._fd, IN)
 
     def lead(self, call: PendingCall, deadline: Deadline) -> None:
         """Read and route until `call` settles, `deadline` passes, stdout
@@ -230,7 +232,7 @@ class Reader:
         process = self._process
         if not process.routing:
             return  # stopping or broken: drained, never read as messages again
-        if data[-1:] == b"\n" and data.find(b"\n") == len(data) - 1 and not self._splitter.pending:
+        if data.find(b"\n") == len(data) - 1 and not self._splitter.pending:
             # One whole line, the usual read: decoded where it lies.
             if process.trace is not None:
                 process.trace.frame(process.name, process.pid, "<", data[:-1])

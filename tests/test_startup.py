@@ -1,0 +1,91 @@
+"""What a short command imports: mu's start-up is paid on every command.
+
+Speed itself is the bench's business (bench/cli_startup.py, a ratio against
+`python -c pass`); these tests hold what makes it, which a clock cannot
+flake on: the modules each command loads, read from `python -X importtime`.
+`mu --version` and `mu help` load none of mu's dependencies and no
+`typing`; `mu plugin list` and `mu host list` read records and never load
+the machinery that calls plugins (the runtime's processes, the seams, the
+effects engine).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import List, Set
+
+import pytest
+from conftest import MU, run_mu
+
+# What every command but the two answered at once may load, and those two may not.
+HEAVY = ("typing", "docopt", "jsonschema", "psutil", "yaml", "filelock", "sqlite3", "json", "threading", "signal")
+# The plugin-calling machinery: a verb that only reads records loads none of it.
+CALLING = ("mu.runtime.process", "mu.runtime.client", "mu.runtime.reactor", "mu.rpc", "mu.seams", "mu.effects",
+           "mu.agents", "subprocess")
+
+
+def imported(*args: str) -> Set[str]:
+    """The modules `mu <args>` imports, by `python -X importtime`; the
+    command must succeed."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([sys.executable, "-X", "importtime", str(MU), *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = set()
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package":  # the header line
+                names.add(name)
+    assert "mu" in names  # the profile was read
+    return names
+
+
+def loaded(names: Set[str], prefixes: tuple) -> List[str]:
+    return sorted(n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes))
+
+
+@pytest.mark.parametrize("args", [("--version",), ("help",), ("-h",), ("help", "help")])
+def test_version_and_help_import_nothing_heavy(args):
+    names = imported(*args)
+    assert loaded(names, HEAVY) == []
+    assert sorted(n for n in names if n.startswith("mu.")) == ["mu.cli", "mu.cli.main"]
+
+
+def test_version_and_help_still_answer():
+    assert run_mu("--version").stdout.startswith("mu ")
+    assert "Verbs:" in run_mu("help").stdout
+    assert run_mu("help", "help").stdout.startswith("Usage:\n  mu help")
+    usage = run_mu("help", "plugin")  # a verb's usage is its module's: imported then
+    assert usage.returncode == 0 and "mu plugin list" in usage.stdout
+
+
+def test_a_bad_command_line_is_still_refused():
+    out = run_mu("help", "nope")
+    assert out.returncode == 2 and "'nope' is not a mu verb" in out.stderr
+
+
+def test_host_list_loads_no_plugin_calling_machinery(fake):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    assert run_mu("host", "add", "box", "--plugin", "fake").returncode == 0
+    names = imported("host", "list")
+    assert loaded(names, CALLING) == []
+    assert "box" in run_mu("host", "list").stdout
+
+
+def test_plugin_list_loads_no_plugin_calling_machinery(fake):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    names = imported("plugin", "list")
+    assert loaded(names, CALLING) == []
+    assert "fake" in run_mu("plugin", "list").stdout
+
+
+def test_a_verb_that_calls_a_plugin_still_loads_what_it_needs(fake):
+    # The lazy names in the verb groups resolve on first use.
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    assert run_mu("host", "add", "box", "--plugin", "fake").returncode == 0
+    out = run_mu("host", "rm", "box")
+    assert out.returncode == 0, out.stderr
+    assert "removed host box" in out.stdout
