@@ -27,6 +27,10 @@ BENCHES = (
     "sdk_startup.py",
     "cli_startup.py",
     "store_writes.py",
+    "state.py",
+    "agents.py",
+    "deliveries.py",
+    "ssh.py",
 )
 
 

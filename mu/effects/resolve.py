@@ -14,7 +14,17 @@ intent before it does anything else:
 
 `RULES` maps each effect method to its rule.  A seam describes its subject
 with `Outcomes` (what to record for each way an effect can resolve) and
-calls `resolve()`; the channels' deliveries add their receipt rule here.
+calls `resolve()`.
+
+- a delivery (`channel.send` and the other channel effects) is resent
+  with the identical params when the channel dedupes exactly, only while
+  no newer delivery to the agent was written; else proven by
+  `channel.receipt` when the channel declares `receipt: "exact"` and the
+  method carries the msgId (only `accepted` resolves; `not-accepted` counts
+  as absence only once the writer and the plugin process it called are
+  proven gone, and then the identical params are sent again while no newer
+  delivery was written) (`_delivery`).  A seam describes a delivery with
+  `DeliveryOutcomes`.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import sqlite3
 from typing import Any, Callable, Dict, NamedTuple
 
 from mu.effects.engine import Record, Resolver
+from mu.errors import Unanswered
 
 Check = Callable[[Any], str]  # "" when a result is valid, else what is wrong
 
@@ -103,6 +114,72 @@ def _start(resolver: Resolver, outcomes: Outcomes) -> str:
     raise resolver.unknown("the plugin has no lookup and its dedupe window has passed")
 
 
+# -- deliveries (protocol "Effects and replay": a delivery) -------------------------
+
+
+class DeliveryOutcomes(NamedTuple):
+    """What one delivery's resolution asks and records."""
+
+    caps: Dict[str, Any]  # the channel's caps: receipt, dedupe
+    newer: Callable[[], bool]  # whether a newer delivery to the agent was written
+    receipt: Callable[[], Dict[str, Any]]  # channel.receipt of the msgId, checked; Unanswered when not valid
+    check_reply: Check  # a resend's reply, against its request
+    accepted: Record  # a resend's reply: the delivery is accepted
+    receipted: Record  # an `accepted` receipt
+    not_accepted: Record  # proven never delivered, or definitely refused on a resend
+    changed: Callable[[sqlite3.Connection, str], None]  # left for a person (stop-changed, no rule), with the reason
+    timeout_s: float  # how long a resend may take
+
+
+def _delivery(resolver: Resolver, outcomes: DeliveryOutcomes) -> str:
+    """Resolve a delivery's intent.  Returns "accepted: ...",
+    "not-accepted: ..." or, when no rule can ever resolve it, "unknown: ..."
+    with the intent gone and the delivery left for a person; raises
+    `UnknownOutcome` while it stays open.
+
+    Where the channel dedupes exactly, the identical params go again while
+    no newer delivery was written: a repeat can never deliver twice, and
+    it also completes a delivery whose request never left (a crash before
+    it was written), which a receipt could only report lost (a plugin may
+    fence a msgId its receipt declared not accepted).  A receipt is asked
+    where a resend is not allowed."""
+    intent, caps = resolver.intent, outcomes.caps
+    deduped = caps.get("dedupe") == "exact"
+    newer = outcomes.newer()
+    if deduped and not newer:
+        resolver.reissue(record=outcomes.accepted, on_failure=outcomes.not_accepted, check=outcomes.check_reply,
+                         timeout_s=outcomes.timeout_s)
+        return "accepted: resent with the identical params, which the channel dedupes"
+    if caps.get("receipt") == "exact" and "msgId" in intent.params:
+        try:
+            answer = outcomes.receipt()
+        except Unanswered as e:
+            raise resolver.unknown(f"its receipt cannot be read: {e.message}") from None
+        if answer["state"] == "accepted":
+            resolver.done(lambda conn, _: outcomes.receipted(conn, answer), "accepted")
+            return "accepted: its receipt proves it"
+        if answer["state"] == "unreachable":
+            raise resolver.unknown(f"the channel cannot tell: {answer['reason']}")
+        # only accepted resolves; not-accepted proves absence only once
+        # nothing in flight can still land
+        why_not = resolver.none_counts(True, None)
+        if why_not:
+            raise resolver.unknown(f"its receipt says not accepted, but {why_not}")
+        if newer:
+            resolver.done(outcomes.not_accepted, "not-accepted")
+            return "not-accepted: its receipt proves it never arrived, and a newer delivery was written since"
+        resolver.reissue(record=outcomes.accepted, on_failure=outcomes.not_accepted, check=outcomes.check_reply,
+                         timeout_s=outcomes.timeout_s)
+        return "accepted: its receipt proved it never arrived, and it was sent again"
+    if deduped:
+        raise resolver.unknown("a newer delivery to the agent was written since, so it is not resent")
+    why = (f"{intent.method} carries no msgId for a receipt to prove" if caps.get("receipt") == "exact"
+           else "the channel has no exact receipt")
+    reason = f"{why}, and it does not dedupe a resend: nothing mu can ask would resolve it"
+    resolver.done(lambda conn, _: outcomes.changed(conn, reason), "left unknown")
+    return f"unknown: {reason}"
+
+
 Rule = Callable[[Resolver, Outcomes], str]
 
 RULES: Dict[str, Rule] = {
@@ -110,4 +187,10 @@ RULES: Dict[str, Rule] = {
     "job.start": _start,
     "host.release": _reissue,
     "job.stop": _reissue,
+    "channel.send": _delivery,  # type: ignore[dict-item]
+    "channel.fresh": _delivery,  # type: ignore[dict-item]
+    "channel.command": _delivery,  # type: ignore[dict-item]
+    "channel.interrupt": _delivery,  # type: ignore[dict-item]
+    "channel.abort": _delivery,  # type: ignore[dict-item]
+    "channel.answer": _delivery,  # type: ignore[dict-item]
 }
