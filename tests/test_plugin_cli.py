@@ -474,3 +474,18 @@ def test_test_hands_everything_after_the_double_dash_to_the_plugin(plugin_dir):
     out = run_mu("plugin", "test", "--json", "--only", "cancel", "--", str(missing))
     assert out.returncode == 4
     assert json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_closed_stream_is_as_if_sent_to_dev_null(fake, closed):
+    """`mu plugin add ... >&-`: the verb does its work and exits with its own
+    code; nothing of mu's lands as a traceback on the other stream."""
+    shell = f'"$0" "$1" plugin add fake -- "$2" {">&-" if closed == "stdout" else "2>&-"}; echo "rc=$?" >&3'
+    out = subprocess.run(["sh", "-c", f"exec 3>&1; {shell}", sys.executable, str(MU), str(fake)],
+                         capture_output=True, text=True, timeout=60)
+    assert "rc=0" in out.stdout, out
+    assert "Traceback" not in out.stdout + out.stderr
+    assert run_mu("plugin", "show", "fake").returncode == 0  # the work was done
+    refused = subprocess.run(["sh", "-c", f'exec 3>&1; "$0" "$1" plugin rm nosuch {">&-" if closed == "stdout" else "2>&-"}; echo "rc=$?" >&3',
+                              sys.executable, str(MU)], capture_output=True, text=True, timeout=60)
+    assert "rc=2" in refused.stdout and "Traceback" not in refused.stdout + refused.stderr

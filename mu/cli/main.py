@@ -151,6 +151,7 @@ def answer_at_once(argv: List[str]) -> Optional[int]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _stand_in_for_closed_streams()
     quick = answer_at_once(argv)
     if quick is not None:
         return quick
@@ -196,6 +197,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             db.close()
     return code
+
+
+def _stand_in_for_closed_streams() -> None:
+    """A stream closed when mu started (`mu host list >&-`) is None in
+    `sys`: mu then writes to /dev/null instead, as if it had been sent there,
+    so a verb still does its work and exits with its own code."""
+    if sys.stdout is None or sys.stderr is None:
+        import os
+
+        if sys.stdout is None:
+            sys.stdout = open(os.devnull, "w")
+        if sys.stderr is None:
+            sys.stderr = open(os.devnull, "w")
 
 
 def _journal_refusal(e: MuError) -> None:
