@@ -113,6 +113,29 @@ def test_many_threads_on_one_plugin_each_get_their_own_reply(knobs, client):
     assert results == {k: list(range(40)) for k in range(16)}
 
 
+def test_threads_that_call_first_at_once_share_one_plugin_process(knobs, client):
+    knobs()
+    c = client()  # not started: every thread's first call would start it
+    gate = threading.Barrier(8)
+    pids, failures = set(), []
+
+    def worker(k: int) -> None:
+        try:
+            gate.wait(10)
+            c.call("fake.echo", dict(TARGET, k=k))
+            pids.add(c.process.pid)
+        except Exception as e:  # reported below, never hidden
+            failures.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not failures, failures[0]
+    assert len(pids) == 1  # and the conftest's check finds no second process left behind
+
+
 def test_a_retried_call_has_one_deadline_for_all_its_tries(knobs, client):
     log = knobs(FAKE_ON_FAKE_ECHO="retryable-then-ok:3")
     c = client()

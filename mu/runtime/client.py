@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
@@ -64,6 +65,8 @@ class PluginClient:
         self.journal = journal_ or journal()
         self.env = env
         self.on_stderr = on_stderr
+        # one start at a time: threads that call at once share one process
+        self._starting = threading.Lock()
         self.process: Optional[PluginProcess] = None
         self.handshake: Optional[Dict[str, Any]] = None
         self.refused: Optional[str] = None
@@ -79,6 +82,12 @@ class PluginClient:
         Raises `PluginRefused` (trust, load rules, a failed handshake)."""
         if self.process is not None and self.process.state == RUNNING and self.handshake is not None:
             return self.handshake
+        with self._starting:
+            if self.process is not None and self.process.state == RUNNING and self.handshake is not None:
+                return self.handshake  # another thread started it while this one waited
+            return self._start()
+
+    def _start(self) -> Dict[str, Any]:
         if self.refused:
             raise LoadRuleError(f"plugin {self.name} is refused for this invocation: {self.refused}")
         if supervisor.terminating:
