@@ -117,6 +117,17 @@ def host_deadline_margin_ms(environ: Optional[Mapping[str, str]] = None) -> int:
     return milliseconds("MU_HOST_DEADLINE_MARGIN_MS", DEFAULT_HOST_DEADLINE_MARGIN_MS, environ=environ)
 
 
+DEFAULT_SPAWN_JOB_MS = 30_000
+
+
+def spawn_job_ms(environ: Optional[Mapping[str, str]] = None) -> int:
+    """How long a spawn's readiness may take (`MU_SPAWN_JOB_MS`, 1 ms to a
+    day, default 30 s): `channel.baseline` must answer within it
+    (protocol "The job", step 6)."""
+    return milliseconds("MU_SPAWN_JOB_MS", DEFAULT_SPAWN_JOB_MS, minimum=1, maximum=MAX_EFFECT_TIMEOUT_MS,
+                        environ=environ)
+
+
 def plugin_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """mu's environment as a plugin sees it: without the local-only variables."""
     env = os.environ if environ is None else environ

@@ -1,55 +1,96 @@
 """`mu agent spawn` on a provider host, in the protocol's order ("The job").
 
 1. Refusals, before anything is written and before any call (exit 2): a
-   bad name, an unknown host, a name already taken, a host whose plugin
-   declares no job seam, a JobSpec field the kind does not `honours`, a
-   pane backend that cannot run a command line, and what mu does not do
-   yet (`--worktree`, `--send`, `--task`, an `at-start` kind).
-2. The job record, under the agent's lock: the name's fence, and the
-   host's admission (`ready`, outside the deadline margin, under
-   `maxJobs`), in one transaction.
-3. `job.start` with the whole JobSpec, through `engine.perform`: the
+   bad name, an unknown host, a name already taken, `--send` with `--task`,
+   an unknown or already claimed task, an unknown harness, a host whose
+   plugin declares no job seam, a kind without `channel`, an `at-start`
+   kind without a first prompt, a JobSpec field the kind does not
+   `honours`, a pane backend that cannot run a command line, and a
+   `--worktree` whose `--from` does not resolve in the caller's checkout
+   (`mu.agents.site.refuse`).
+2. The job record, under the agent's lock: the name's fence, the host's
+   admission (`ready`, outside the deadline margin, under `maxJobs`) and a
+   `--task`'s claim, in the transaction that writes the start's intent.
+   An `at-start` kind's spawn also writes the agent's placeholder row (no
+   pane yet) and the first prompt's msgId (UUIDv7) as the record's
+   `first_msg_id`, its receipt journaled `sending`.
+3. The site (`--worktree`): `mu.agents.site.prepare` pushes and checks the
+   commit and makes the tree (its row first); the job record, written
+   next, binds it and owes its final collect, and the job's `cwd` is the
+   tree.  A later step's definite failure removes the tree
+   (`site.undo`) once no job record of the name is left.
+4. `job.start` with the whole JobSpec, through `engine.perform`: the
    intent is written first, and an outcome mu does not learn leaves it for
-   the next spawn or close of the name, which resolves it by the RULES
-   row of `job.start` (a lookup, or a resend inside an exact dedupe window).
-4. The view: a pane running the start's `view` command.  A pane that fails
-   stops the job (`job.stop`, an effect) and removes the job record.
-5. The agent row, naming the job and the pane.
+   the next spawn, `mu agent check` or close of the name, which resolves it
+   by the RULES row of `job.start`.  An `at-start` kind's `firstPrompt`
+   rides in the spec; its reply must carry `baseline.runs == 0`, and a
+   start with no definite answer is never resent and never rolled back:
+   exit 1 naming the msgId.
+5. The view: a pane running the start's `view` command, and the agent row
+   (or the placeholder's pane) on the kind's channel.
+6. Readiness: an `at-start` kind's start `baseline`, else
+   `channel.baseline` answering within `MU_SPAWN_JOB_MS`.  Then an
+   `on-send` kind's first prompt goes as a `channel.send` delivery
+   (`mu.agents.deliver`).
+
+A failure after the start stops the job (`job.stop`, an effect, in close's
+order: a bound view dies first) before the record goes, and the error
+names the step.  A signal after the start cannot send that stop (protocol
+"Process": a terminating mu sends no request): the pane is ended and the
+stop is recorded as owed (`jobseam.owe_stop`), which the next `mu agent
+close`, or the same spawn, reissues.  A signal before the start's reply
+leaves the start's intent, resolved the same way.
 
 A spawn of a name an earlier spawn left a job record for resumes it
-(`_resume`): the same crash-safe repeat as every other effect verb.
+(`_resume`): the leftover intent is resolved first; a start that proves
+never to have happened frees the name (and the task) and the spawn starts
+afresh; one that happened is completed.
 
-Each later step's failure undoes the earlier ones it can prove undone:
-a definite failure of the start removes the job record (the engine's
-`on_failure`); a pane failure stops the job first.  An unknown outcome
-is never undone: it exits 1 naming the key, and the record stays as the
-fence until the outcome is resolved.
-
-Not yet (refused, exit 2): worktrees, a first prompt (`--send`,
-`--task`), `at-start` kinds and channel readiness come with the channel.
+Crash points (`MU_CRASH_AT`, `mu.runtime.crashpoints`): `spawn-started`
+(the start is recorded, no pane yet), `spawn-pane-opened` (the pane runs,
+no row names it yet: a SIGKILL there leaves the pane to its view's own
+end; the point is for signals) and `spawn-view-opened` (the agent row
+names its pane, readiness not yet asked), besides the engine's own.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sqlite3
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
-from mu import panes
-from mu.agents import jobseam, split_agent
+from mu import environment, panes
+from mu.agents import jobseam, site, split_agent
 from mu.deadline import Deadline
 from mu.effects import engine
-from mu.errors import MuError, NotFound, Permanent, Refused, UsageError
+from mu.errors import CallError, MuError, NotFound, Permanent, Refused, Terminating, UnknownOutcome, UsageError
 from mu.ids import uuid7
 from mu.panes import PaneRef
+from mu.runtime import crashpoints
+from mu.runtime.supervisor import supervisor
 from mu.schema import result_problem
-from mu.store import agents, db, hosts, intents, jobs, locks
+from mu.seams import channel as channel_seam
+from mu.seams import delivery as delivery_seam
+from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, plugins, tasks, trees
 from mu.store.agents import Agent
 from mu.store.hosts import Profile, ProviderHost
 from mu.store.journal import journal
+from mu.store.tasks import Task
 
 # How long a pane may take to open.
 PANE_OPEN_S = 20.0
+
+# A harness names the agent program a job runs (`JobSpec.harness`).  The
+# value is the harness's own command line (`commandSource: "harness"`), or
+# None for a harness that only runs the line `--command` gives.  With
+# `--command`, the spec carries that line (`commandSource: "command"`),
+# which the kind must `honours`.
+HARNESSES: Dict[str, Optional[str]] = {
+    "sh": None,
+    "demo": "mu-demo-agent",  # examples/mu-demo-agent, on the host's PATH
+}
 
 
 class SpawnRequest(NamedTuple):
@@ -62,25 +103,80 @@ class SpawnRequest(NamedTuple):
     worktree: bool = False
     send: Optional[str] = None
     task: Optional[str] = None
+    from_rev: Optional[str] = None  # --from: the worktree's commit in the caller's checkout (default HEAD)
+
+
+class Plan(NamedTuple):
+    """What step 1 decided: every later step works from it."""
+
+    request: SpawnRequest
+    seam: Dict[str, Any]
+    workstream: str
+    name: str
+    harness: str
+    cmd: str
+    command_source: str  # "harness" or "command"
+    prompt: Optional[str]  # the first prompt's text: --send's, or the task's brief
+    task: Optional[Task]
+    origin: Optional[site.Origin] = None  # --worktree: the checkout and commit its tree starts from
+
+    @property
+    def at_start(self) -> bool:
+        return jobseam.at_start(self.seam)
 
 
 class Spawned(NamedTuple):
     agent: Agent
     job: jobs.Job
     resolved: str  # how an earlier start of the name resolved, "" when there was none
+    baseline: Optional[Dict[str, Any]] = None  # readiness: {runs, incarnation?}, or None when the channel has none yet
+    first_msg_id: Optional[str] = None  # the first prompt's msgId, when there was one
+    delivery: Any = None  # an on-send kind's first delivery, as mu.agents.deliver.send returns it
 
 
 def not_yet(what: str) -> Refused:
     return Refused(f"{what} is not built yet", "issue 10's later work brings it; spawn without it for now")
 
 
-def _provider_host(name: str) -> ProviderHost:
+def deliver_module():
+    """`mu.agents.deliver` (deliveries, with receipts), or None while mu has
+    none.  A module that exists but fails to import is a bug, not absence."""
+    if importlib.util.find_spec("mu.agents.deliver") is None:
+        return None
+    return importlib.import_module("mu.agents.deliver")
+
+
+def _provider_host(name: str) -> Union[ProviderHost, Profile]:
+    """The host a spawn runs on: a provider host, or a `--plugin` profile
+    (protocol "The job": a profile whose plugin declares `job`; a link-only
+    one is refused by the job seam's check)."""
     host = hosts.find(name)
     if host is None:
         raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
-    if isinstance(host, Profile):
-        raise not_yet(f"a spawn on a --plugin profile (host {name!r})")
     return host
+
+
+def _check_instance(client, host: Union[ProviderHost, Profile]) -> None:
+    """protocol "Effects and replay" and "Handshake": a host is called only
+    under the instance it was recorded under.  A provider host's is its
+    acquire's; a profile's is the one its plugin answered as when it was
+    added (its identity `plugin:<name>:<instance>`; pinned now for a
+    profile recorded before mu kept it).  A tree made under one identity
+    refuses under another: its recovery is pinned to the backend that
+    holds it."""
+    if isinstance(host, Profile) and host.instance is None:
+        with db.transaction() as conn:
+            hosts.pin_profile_instance(conn, host.name, client.instance)
+        host = host._replace(instance=client.instance)
+    if client.instance != host.instance:
+        how = "acquired" if isinstance(host, ProviderHost) else "added"
+        raise Refused(f"host {host.name} was {how} under instance {host.instance!r}; plugin {host.plugin} now"
+                      f" answers as {client.instance!r}: nothing was sent (stop-changed)")
+    identity = f"plugin:{host.plugin}:{host.instance}"
+    foreign = [t for t in trees.on_host(host.name) if not t.gone and t.identity not in (None, identity)]
+    if foreign:
+        raise Refused(f"host {host.name} holds a worktree made under {foreign[0].identity}, not {identity}:"
+                      f" {foreign[0].path}", "its recovery is pinned to that instance: register the plugin as it was")
 
 
 def _refuse_unhonoured(request: SpawnRequest, seam: Dict[str, Any], plugin: str) -> None:
@@ -95,20 +191,56 @@ def _refuse_unhonoured(request: SpawnRequest, seam: Dict[str, Any], plugin: str)
         raise Refused(f"plugin {plugin}'s job kind does not honour the {request.role} role")
 
 
-def check(request: SpawnRequest) -> Dict[str, Any]:
-    """Step 1: every refusal, before anything is written.  Returns the job
-    seam's declaration."""
+def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
+    """(harness, cmd, commandSource) of the JobSpec."""
+    harness = request.harness or "sh"
+    if harness not in HARNESSES:
+        raise UsageError(f"mu knows no harness {harness!r}", f"the harnesses: {', '.join(sorted(HARNESSES))}")
+    if request.command is not None:
+        if not request.command.strip():
+            raise UsageError("--command is empty: give the agent's command line")
+        return harness, request.command, "command"
+    own = HARNESSES[harness]
+    if own is None:
+        raise UsageError(f"the {harness} harness has no command line of its own: give --command")
+    return harness, own, "harness"
+
+
+def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str], Optional[Task]]:
+    """The first prompt's text and the task it comes from."""
+    if request.send is not None and request.task is not None:
+        raise UsageError("--send and --task cannot go together: the task's brief is the first prompt")
+    if request.send is not None:
+        if not request.send.strip():
+            raise UsageError("--send is empty: give the first prompt's text")
+        return request.send, None
+    if request.task is None:
+        return None, None
+    task = tasks.find(request.task)
+    if task is None:
+        raise NotFound(f"no task {request.task!r}", "`mu task list` shows the tasks and their ids")
+    if task.workstream != workstream:
+        raise Refused(f"task {task.id} is workstream {task.workstream}'s, not {workstream}'s",
+                      f"spawn it as {task.workstream}/<name>")
+    if task.claimed_by is not None and (task.claimed_by != request.agent or jobs.of_agent(request.agent) is None):
+        # the same agent's unfinished spawn may claim it again (its replay); no one else
+        raise Refused(f"task {task.id} is already claimed by {task.claimed_by}", "`mu task list` shows the claims")
+    # DESIGN "Tasks": the brief is the first prompt; a task without one is its title
+    return task.brief if task.brief and task.brief.strip() else task.title, task
+
+
+def check(request: SpawnRequest) -> Plan:
+    """Step 1: every refusal, before anything is written and before any
+    call (protocol "The job")."""
     workstream, name = split_agent(request.agent)
-    if request.worktree:
-        raise not_yet("--worktree")
-    if request.send is not None or request.task is not None:
-        raise not_yet("a first prompt (--send, --task)")
-    if request.command is None:
-        raise not_yet("a harness's own command line (give --command)")
+    prompt, task = _first_prompt(request, workstream)
+    harness, cmd, source = _command_line(request)
     if request.role not in ("full-access", "read-only"):
         raise UsageError(f"--role must be full-access or read-only, not {request.role!r}")
+    environment.spawn_job_ms()  # a malformed knob refuses before anything is written
     host = _provider_host(request.host)
-    if agents.find(workstream, name) is not None:
+    row = agents.find(workstream, name)
+    if row is not None and row.pane is not None:  # a placeholder (no pane) is an unfinished spawn: it resumes
         raise Refused(f"agent {request.agent} already exists", f"`mu agent close {request.agent}` frees the name")
     earlier = jobs.of_agent(request.agent)
     if earlier is not None and earlier.host != host.name:
@@ -117,16 +249,26 @@ def check(request: SpawnRequest) -> Dict[str, Any]:
     seam = jobseam.declaration(host.plugin)
     if seam is None:
         raise Refused(f"host {host.name}'s plugin {host.plugin} declares no job seam: no agent can run there")
-    if seam.get("firstTurn") == "at-start":
-        raise not_yet(f"an at-start job kind (plugin {host.plugin})")
+    if not seam.get("channel"):
+        raise Refused(f"plugin {host.plugin}'s job kind {seam.get('kind')!r} names no channel: mu cannot drive"
+                      f" its agents")
+    if jobseam.at_start(seam) and prompt is None:
+        raise Refused(f"plugin {host.plugin}'s job kind takes its first prompt at its start: give --send or --task")
+    if prompt is not None and not jobseam.at_start(seam) and deliver_module() is None:
+        raise not_yet(f"a first prompt on an on-send kind (plugin {host.plugin}), which goes as a delivery,")
     _refuse_unhonoured(request, seam, host.plugin)
     if not panes.choose().runs_commands:
         raise Refused("the pane backend cannot run a command line")
-    return seam
+    if request.from_rev is not None and not request.worktree:
+        raise UsageError("--from goes with --worktree")
+    origin = site.refuse(request.agent, request.from_rev) if request.worktree else None
+    return Plan(request, seam, workstream, name, harness, cmd, source, prompt, task, origin)
 
 
-def _admit(conn: sqlite3.Connection, host: ProviderHost) -> None:
-    # protocol "The job" step 2: a provider host's admission
+def _admit(conn: sqlite3.Connection, host: Union[ProviderHost, Profile]) -> None:
+    # protocol "The job" step 2: a provider host's admission (a profile has none)
+    if isinstance(host, Profile):
+        return
     now = hosts.now_ms()
     if host.state != "ready":
         raise Refused(f"host {host.name} is {host.shown_state(now)}: no agent can spawn there")
@@ -137,81 +279,143 @@ def _admit(conn: sqlite3.Connection, host: ProviderHost) -> None:
         raise Refused(f"host {host.name} runs its most jobs ({host.max_jobs})")
 
 
-def _spec(request: SpawnRequest, workstream: str, name: str) -> Dict[str, Any]:
-    env = dict(request.env)
-    env["MU_AGENT"] = request.agent  # set last: nothing overrides it
-    return {
-        "workstream": workstream,
-        "name": name,
-        "harness": request.harness or "sh",
-        "role": request.role,
-        "cmd": request.command,
-        "commandSource": "command",
-        "cwd": ".",
+def _spec(plan: Plan, first_msg_id: Optional[str]) -> Dict[str, Any]:
+    """The whole JobSpec.  The same request and msgId give the same spec,
+    which is how a replay is told from another spawn of the name."""
+    env = dict(plan.request.env)
+    env["MU_AGENT"] = plan.request.agent  # set last: nothing overrides it
+    spec: Dict[str, Any] = {
+        "workstream": plan.workstream,
+        "name": plan.name,
+        "harness": plan.harness,
+        "role": plan.request.role,
+        "cmd": plan.cmd,
+        "commandSource": plan.command_source,
+        "cwd": site.job_cwd(plan.request.agent, plan.request.worktree),
         "env": env,
     }
+    if plan.at_start:
+        # protocol "The job" step 4: the first prompt goes only here
+        spec["firstPrompt"] = {"text": plan.prompt, "msgId": first_msg_id}
+    return spec
+
+
+def _connected(host: Union[ProviderHost, Profile]):
+    client = jobseam.client_for(host.plugin)
+    client.started()
+    _check_instance(client, host)
+    return client
+
+
+def _first_unknown(plan_agent: str, msg_id: str, failure: UnknownOutcome, key: str) -> UnknownOutcome:
+    """protocol "The job": an at-start start with no definite answer is a
+    delivery whose outcome is unknown, named by its msgId."""
+    return UnknownOutcome(
+        f"the first prompt {msg_id} to {plan_agent} went with its job.start, whose outcome is unknown:"
+        f" {failure.message}",
+        f"`mu agent check {plan_agent} {msg_id}`, or the same spawn again, resolves it (key {key})",
+        key=msg_id, detail=failure.detail,
+    )
 
 
 def spawn(request: SpawnRequest) -> Spawned:
-    seam = check(request)
-    workstream, name = split_agent(request.agent)
+    plan = check(request)
     with locks.subject("agent", request.agent):
         host = _provider_host(request.host)
-        client = jobseam.client_for(host.plugin)
-        client.started()
-        if client.instance != host.instance:
-            raise Refused(f"host {host.name} was acquired under instance {host.instance!r}; plugin {host.plugin} now"
-                          f" answers as {client.instance!r}: nothing was sent (stop-changed)")
+        client = _connected(host)
+        host = _provider_host(request.host)  # a profile's instance may have been pinned just now
         earlier = jobs.of_agent(request.agent)
         if earlier is not None:
-            resumed = _resume(client, host, earlier, request, workstream, name)
+            resumed = _resume(client, host, earlier, plan)
             if resumed is not None:
                 return resumed
-        token = uuid7()
+        if plan.origin is None:
+            return _start(client, host, plan)
+        site.prepare(request.agent, host, plan.origin, client)  # step 3, the site: it cleans up its own failures
+        try:
+            return _start(client, host, plan)
+        except MuError:
+            kept = site.undo(request.agent, host, client)  # the tree goes unless a job record may still use it
+            if kept:
+                journal().record(f"agent {request.agent}: {kept}", plugin=host.plugin)
+            raise
 
-        def write_record(conn: sqlite3.Connection) -> None:
-            if agents.find(workstream, name, conn) or jobs.of_agent(request.agent, conn):
-                raise Refused(f"agent {request.agent} already exists", f"`mu agent close {request.agent}` frees the name")
-            _admit(conn, hosts.find(host.name, conn))
-            jobs.insert(conn, token=token, plugin=host.plugin, instance=host.instance, host=host.name,
-                        kind=seam["kind"], agent=request.agent, view_kind=seam["view"])
 
-        job = jobs.Job(token, host.plugin, host.instance, host.name, seam["kind"], request.agent, None, seam["view"],
-                       None, False, "starting", None)
-        # step 3: the record is written with the intent, in one transaction
+def _start(client, host: ProviderHost, plan: Plan) -> Spawned:
+    """Steps 2 and 4 to 6, once the site is made: the job record, the start,
+    the view and readiness."""
+    request = plan.request
+    seam = plan.seam
+    token = uuid7()
+    msg_id = uuid7() if plan.at_start else None
+
+    def write_record(conn: sqlite3.Connection) -> None:
+        # step 2, in the transaction that writes the start's intent
+        if agents.find(plan.workstream, plan.name, conn) or jobs.of_agent(request.agent, conn):
+            raise Refused(f"agent {request.agent} already exists", f"`mu agent close {request.agent}` frees the name")
+        _admit(conn, hosts.find(host.name, conn))
+        jobs.insert(conn, token=token, plugin=host.plugin, instance=host.instance, host=host.name,
+                    kind=seam["kind"], agent=request.agent, view_kind=seam["view"], first_msg_id=msg_id)
+        if plan.origin is not None:
+            site.bind(conn, request.agent, token)  # the tree owes its final collect
+        if plan.task is not None and not tasks.claim(conn, plan.task.id, request.agent):
+            raise Refused(f"task {plan.task.id} is already claimed", "`mu task list` shows the claims")
+        if plan.at_start:
+            # protocol "The job" step 4: the placeholder row before the start
+            agents.insert(conn, workstream=plan.workstream, name=plan.name, host=host.name, plugin=host.plugin,
+                          pane=None, job=token, checkout=os.getcwd(), channel=seam["channel"])
+            # its receipt, `sending` until the start's reply (the msgId is also the record's first_msg_id)
+            deliveries.insert(conn, msg_id=msg_id, workstream=plan.workstream, name=plan.name, kind="send",
+                              method="job.start", plugin=host.plugin, job=token)
+            journal().record(f"delivery {msg_id} to {request.agent}: sending (with job.start {token})",
+                             plugin=host.plugin)
+
+    job = jobs.Job(token, host.plugin, host.instance, host.name, seam["kind"], request.agent, None, seam["view"],
+                   msg_id, False, "starting", None)
+    try:
         result = engine.perform(
             client,
             subject=job.subject,
             method="job.start",
             key=token,
-            params={"target": jobseam.target(host, job), "key": token, "spec": _spec(request, workstream, name)},
+            params={"target": jobseam.target(host, job), "key": token, "spec": _spec(plan, msg_id)},
             before=write_record,
-            record=lambda conn, reply: jobs.record_started(conn, token, reply.get("handle")),
-            on_failure=lambda conn, _: jobs.delete(conn, token),
+            record=lambda conn, reply: jobseam.record_start(conn, job, reply),
+            on_failure=lambda conn, _: jobseam.roll_back(conn, job),
             check=jobseam.check_start(seam),
             remedy=jobseam.remedy(job),
         )
-        journal().record(f"agent {request.agent}: job {token} started on host {host.name}", plugin=host.plugin)
-        job = jobs.find(token)
-        assert job is not None
-        return Spawned(_open_view(client, host, job, result["view"], workstream, name), job, "")
+    except UnknownOutcome as failure:
+        if msg_id is not None:
+            raise _first_unknown(request.agent, msg_id, failure, token) from None
+        raise
+    journal().record(f"agent {request.agent}: job {token} started on host {host.name}", plugin=host.plugin)
+    started = jobs.find(token)
+    assert started is not None
+    return _finish(client, host, started, plan, result["view"], result, "")
 
 
-def _resume(client, host: ProviderHost, earlier: jobs.Job, request: SpawnRequest, workstream: str,
-            name: str) -> Optional[Spawned]:
+def _resume(client, host: ProviderHost, earlier: jobs.Job, plan: Plan) -> Optional[Spawned]:
     """A spawn of a name whose job record an earlier spawn left (a crash, a
-    lost reply, a view that failed with its stop's outcome unknown).  The
-    leftover intent is resolved by its RULES row first (protocol "Effects
-    and replay").  A start that proves never to have happened, or a
-    reissued stop, frees the name: None, and the spawn starts afresh.  A
-    start that happened is completed: its view from `job.attach`, then the
-    agent row.  Only the same spawn resumes: a start left with another
-    JobSpec is refused, and `mu agent close` resolves it."""
+    lost reply, a signal, a view that failed with its stop's outcome
+    unknown).  The leftover intent is resolved by its RULES row first
+    (protocol "Effects and replay").  A start that proves never to have
+    happened, or a reissued stop, frees the name: None, and the spawn
+    starts afresh.  A start that happened is completed: its view from the
+    lookup's `view`, else `job.attach`, then the agent row and readiness.
+    Only the same spawn resumes: a start left with another JobSpec is
+    refused, and `mu agent close` resolves it."""
+    request = plan.request
     intent = intents.pending(earlier.subject)
-    if intent is not None and intent.method == "job.start" and intent.params.get("spec") != _spec(request, workstream, name):
+    if intent is not None and intent.method == "job.start" and intent.params.get("spec") != _spec(plan, earlier.first_msg_id):
         raise Refused(f"an earlier spawn of {request.agent}, with another spec, has an unknown outcome (key {intent.key})",
                       f"`mu agent close {request.agent}` resolves it")
-    resolved = jobseam.resolve(client, earlier)
+    try:
+        resolved, found = jobseam.resolve_start(client, earlier)
+    except UnknownOutcome as failure:
+        if earlier.first_msg_id is not None and intent is not None and intent.method == "job.start":
+            raise _first_unknown(request.agent, earlier.first_msg_id, failure, earlier.token) from None
+        raise
     job = jobs.find(earlier.token)
     if job is None:
         journal().record(f"agent {request.agent}: its earlier job {earlier.token} resolved ({resolved}); spawning afresh",
@@ -220,39 +424,202 @@ def _resume(client, host: ProviderHost, earlier: jobs.Job, request: SpawnRequest
     if job.state != "started":
         raise Refused(f"the name {request.agent} is held by job {job.token} ({job.state})",
                       f"`mu agent close {request.agent}` resolves and frees it")
+    view = _view_of(client, host, job, found)
+    journal().record(f"agent {request.agent}: resuming job {job.token} ({resolved or 'started'})", plugin=host.plugin)
+    return _finish(client, host, job, plan, view, found, resolved or "started")
+
+
+def _view_of(client, host: ProviderHost, job: jobs.Job, found: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A started job's view: the lookup's `view` when it carried one, else
+    `job.attach` (protocol "The job")."""
+    if isinstance(found, dict) and isinstance(found.get("view"), dict):
+        return found["view"]
     jobseam.require_instance(client, job)
     view = client.call("job.attach", {"target": jobseam.target(host, job)}, timeout_s=engine.effect_timeout_s())
     problem = result_problem("job.attach", view)
     if problem:
         raise Permanent(f"plugin {host.plugin}: its job.attach answer is not valid: {problem}")
-    journal().record(f"agent {request.agent}: resuming job {job.token} ({resolved or 'started'})", plugin=host.plugin)
-    return Spawned(_open_view(client, host, job, view, workstream, name), job, resolved or "started")
+    return view
 
 
-def _open_view(client, host: ProviderHost, job: jobs.Job, view: Dict[str, Any], workstream: str,
-               name: str) -> Agent:
-    """Step 4 and 5: the pane, then the agent row.  A pane that fails stops
-    the job before the record goes (protocol "The job")."""
-    backend = panes.choose()
-    ref: Optional[PaneRef] = None
+def _finish(client, host: ProviderHost, job: jobs.Job, plan: Plan, view: Dict[str, Any],
+            start: Optional[Dict[str, Any]], resolved: str) -> Spawned:
+    """Steps 5 and 6 after a start that happened: the view, then readiness,
+    then an on-send kind's first prompt.  Any failure stops the job before
+    the record goes; a signal ends the pane and records the stop as owed."""
+    opened: Dict[str, PaneRef] = {}
+    step = "its view"  # protocol "The job" step 5
     try:
-        ref = backend.open(workstream, name, view["command"], view.get("env") or {}, view.get("cwd"),
-                           Deadline.after(PANE_OPEN_S))
-        with db.transaction() as conn:
-            return agents.insert(conn, workstream=workstream, name=name, host=host.name, plugin=host.plugin,
-                                 pane=ref.to_json(), job=job.token, checkout=os.getcwd())
-    except MuError as failure:
-        journal().record(f"agent {job.agent}: its view failed ({failure.message}); stopping job {job.token}",
+        try:
+            crashpoints.reach("spawn-started")
+            agent = _open_view(host, job, plan, view, opened)
+            crashpoints.reach("spawn-view-opened")
+            step = "its readiness"  # step 6
+            ready = _ready(client, host, job, plan, start)
+        except MuError as failure:
+            journal().record(f"agent {job.agent}: {step} failed ({failure.message}); stopping job {job.token}",
+                             plugin=host.plugin)
+            failure.message = f"the spawn of {job.agent} failed at {step}: {failure.message}"
+            _undo(client, host, job, opened.get("ref"))
+            raise
+    except Terminating:
+        # protocol "Process": a terminating mu sends no request, so the stop
+        # it owes is recorded for the next verb, and the pane ends now
+        _close_quietly(opened.get("ref"))
+        jobseam.owe_stop(client, host, job, pane_closed=True)
+        journal().record(f"agent {job.agent}: a signal ended its spawn at {step}; job.stop of {job.token} is owed",
                          plugin=host.plugin)
-        if ref is not None:
-            _close_quietly(ref)
-        jobseam.stop(client, host, job)
         raise
+    if plan.at_start:
+        journal().record(f"delivery {job.first_msg_id} to {job.agent}: accepted runs=0 (with job.start)",
+                         plugin=host.plugin)
+    delivery = None
+    if plan.prompt is not None and not plan.at_start:
+        # protocol "The job" step 4: an on-send kind's first prompt is a
+        # channel.send delivery, after readiness; its outcome is the delivery's
+        deliver = deliver_module()
+        assert deliver is not None  # check() refused a first prompt without it
+        # the spawn holds the agent's lock (not reentrant): the delivery runs under it
+        delivery = deliver.send(job.agent, plan.prompt, first_prompt=True, lock_held=True, client=client)
+    return Spawned(agent, job, resolved, ready, job.first_msg_id, delivery)
 
 
-def _close_quietly(ref: PaneRef) -> None:
+def _open_view(host: ProviderHost, job: jobs.Job, plan: Plan, view: Dict[str, Any],
+               opened: Dict[str, PaneRef]) -> Agent:
+    """Step 5: the pane, then the agent row (or the placeholder's pane).
+    A signal while the pane opens is held until `opened` names it (at most
+    `PANE_OPEN_S`), so the caller always knows the pane it must end."""
+    with supervisor.shield():
+        ref = panes.choose().open(plan.workstream, plan.name, view["command"], view.get("env") or {},
+                                  view.get("cwd"), Deadline.after(PANE_OPEN_S))
+        opened["ref"] = ref
+    crashpoints.reach("spawn-pane-opened")
+    with db.transaction() as conn:
+        row = agents.find(plan.workstream, plan.name, conn)
+        if row is not None:
+            agents.set_pane(conn, plan.workstream, plan.name, ref.to_json())
+        else:
+            agents.insert(conn, workstream=plan.workstream, name=plan.name, host=host.name, plugin=host.plugin,
+                          pane=ref.to_json(), job=job.token, checkout=os.getcwd(), channel=plan.seam.get("channel"))
+        agent = agents.find(plan.workstream, plan.name, conn)
+    assert agent is not None
+    return agent
+
+
+def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan,
+           start: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """Step 6: the start's baseline for an at-start kind (checked `runs: 0`
+    with the reply), else `channel.baseline` answering within
+    `MU_SPAWN_JOB_MS` (its incarnation becomes the agent's `first_inc`)."""
+    if plan.at_start:
+        if isinstance(start, dict) and isinstance(start.get("baseline"), dict):
+            return start["baseline"]
+        row = agents.find(plan.workstream, plan.name)
+        baseline: Dict[str, Any] = {"runs": 0}  # checked with the reply that recorded the start
+        if row is not None and row.first_inc is not None:
+            baseline["incarnation"] = int(row.first_inc)
+        return baseline
+    row = agents.find(plan.workstream, plan.name)
+    assert row is not None  # step 5 wrote it
+    answer = channel_seam.baseline(client, row, host, job, environment.spawn_job_ms() / 1000)
+    inc = jobseam.first_inc({"baseline": answer})
+    if inc is not None:
+        with db.transaction() as conn:
+            agents.set_first_inc(conn, plan.workstream, plan.name, inc)
+    return answer
+
+
+def _undo(client, host: ProviderHost, job: jobs.Job, ref: Optional[PaneRef]) -> None:
+    """Stop a job whose spawn failed after its start, in close's order: a
+    bound view dies first (its death ends the job), a detached job is
+    stopped before its view goes.  The records go with the stop's null."""
+    if job.view_kind == "bound":
+        _close_quietly(ref)
+        jobseam.stop(client, host, job, failed_spawn=True)
+    else:
+        jobseam.stop(client, host, job, failed_spawn=True)
+        _close_quietly(ref)
+
+
+def _close_quietly(ref: Optional[PaneRef]) -> None:
+    if ref is None:
+        return
     try:
         panes.backend_for(ref).close(ref, Deadline.after(PANE_OPEN_S))
     except MuError:
-        pass  # the job's stop below is what must not be skipped
+        pass  # the job's stop is what must not be skipped
 
+
+# -- mu agent check, for a start's first prompt -------------------------------------
+
+
+class Checked(NamedTuple):
+    """What `mu agent check` learned of one msgId."""
+
+    agent: str
+    msg_id: str
+    state: str  # accepted, not-accepted, unreachable
+    runs: Optional[int]
+    key: Optional[str]  # the effect key that resolves it, while it is unresolved
+    reason: Optional[str]
+    exit_code: int
+
+
+def check_first_prompt(agent_name: str, msg_id: str) -> Optional[Checked]:
+    """Resolve the start that carried `msg_id`, when it is the job record's
+    `first_msg_id` (protocol "The job"): a start that happened (found, or
+    recorded) gets its view and answers `accepted runs=0`; one that stays
+    unresolved answers `unreachable` naming the key (exit 1); one proven
+    never to have happened is rolled back, then `channel.receipt` is asked
+    when the channel declares `receipt: "exact"` (else the answer is
+    `not-accepted`: the only carrier of the prompt never ran).  None when
+    `msg_id` is not a first prompt of the agent's job."""
+    workstream, name = split_agent(agent_name)
+    if not msg_id.strip():
+        raise UsageError("a msgId is needed")
+    job = jobs.of_agent(agent_name)
+    if job is None or job.first_msg_id != msg_id:
+        return None
+    with locks.subject("agent", agent_name):
+        job = jobs.of_agent(agent_name)
+        if job is None or job.first_msg_id != msg_id:
+            return None
+        host = _provider_host(job.host or "")  # a provider host, or a --plugin profile
+        seam = jobseam.declaration(job.plugin) or {}
+        client = jobseam.client_for(job.plugin)
+        before = agents.find(workstream, name)
+        try:
+            resolved, found = jobseam.resolve_start(client, job)
+        except UnknownOutcome as failure:
+            return Checked(agent_name, msg_id, "unreachable", None, job.token, failure.message, 1)
+        now = jobs.find(job.token)
+        if now is None:
+            if resolved.startswith("none"):
+                return _receipt_after_rollback(client, host, job, before, agent_name, msg_id)
+            # a reissued stop: the start had happened, and its prompt with it
+            return Checked(agent_name, msg_id, "accepted", 0, None, f"the job has since been stopped ({resolved})", 0)
+        if now.state != "started":
+            return Checked(agent_name, msg_id, "unreachable", None, now.token, f"its job is {now.state}", 1)
+        row = agents.find(workstream, name)
+        if row is None or row.pane is None:
+            plan = Plan(SpawnRequest(agent_name, host.name), seam, workstream, name, "", "", "", None, None)
+            _finish(client, host, now, plan, _view_of(client, host, now, found), found, resolved or "started")
+        return Checked(agent_name, msg_id, "accepted", 0, None, None, 0)
+
+
+def _receipt_after_rollback(client, host: ProviderHost, job: jobs.Job, row: Optional[Agent], agent_name: str,
+                            msg_id: str) -> Checked:
+    channel = (plugins.get(job.plugin).seams.get("channel") or {})
+    if (channel.get("caps") or {}).get("receipt") != "exact":
+        return Checked(agent_name, msg_id, "not-accepted", None, None,
+                       "the start that carried it never happened; the attempt is rolled back", 0)
+    workstream, name = split_agent(agent_name)
+    target = channel_seam.target(row, host, job) if row is not None else dict(
+        jobseam.target(host, job), agent={"workstream": workstream, "name": name, "incarnation": 0})
+    try:
+        answer = delivery_seam.receipt(client, target, msg_id)
+    except CallError as failure:
+        return Checked(agent_name, msg_id, "unreachable", None, None, f"its receipt cannot be read: {failure.message}", 1)
+    state = answer["state"]
+    return Checked(agent_name, msg_id, state, answer.get("runs"), job.token if state == "unreachable" else None,
+                   answer.get("reason"), 1 if state == "unreachable" else 0)

@@ -3,19 +3,21 @@ Usage:
   mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>]
   mu agent list [--json]
   mu agent show <agent> [--json]
-  mu agent read <agent> [-n <lines>]
+  mu agent read <agent> [-n <lines>] [--json]
+  mu agent reattach <agent>
   mu agent close <agent>
+  mu agent check <agent> <msgId> [--json]
 
 Options:
-  --host <host>       The provider host the agent runs on.
-  --worktree          Run in a worktree of its own (not yet).
-  --from <rev>        The commit the worktree starts from (not yet).
-  --harness <h>       The harness the agent is run by [default: sh].
+  --host <host>       The host the agent runs on: a provider host, or a --plugin profile.
+  --worktree          Run in a git worktree of its own on the host, made from a commit of this checkout.
+  --from <rev>        The commit the worktree starts from, HEAD when not given.
+  --harness <h>       The agent program: sh (runs --command) or demo [default: sh].
   --role <role>       full-access or read-only [default: full-access].
   --command <cmd>     The agent's command line.
   --env <k=v>         A variable of the agent's environment; repeatable.
-  --send <text>       A first prompt (not yet).
-  --task <id>         A task to claim, its brief the first prompt (not yet).
+  --send <text>       The agent's first prompt.
+  --task <id>         A task to claim, its brief the first prompt.
   -n <lines>          How many lines of the pane's tail [default: 40].
   --json              Print one JSON document on stdout and nothing else there.
 """
@@ -27,9 +29,9 @@ from typing import Any, Dict
 from mu import api
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, table
-from mu.errors import UsageError
+from mu.errors import UnknownOutcome, UsageError
 
-VERBS = ("spawn", "list", "show", "read", "close")
+VERBS = ("spawn", "list", "show", "read", "reattach", "close", "check")
 
 
 def run(args: Dict[str, Any]) -> int:
@@ -52,11 +54,15 @@ def verb_spawn(args: Dict[str, Any]) -> int:
     spawned = api.agent_spawn(
         args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
         role=args["--role"], worktree=bool(args["--worktree"]), send=args["--send"], task=args["--task"],
+        from_rev=args["--from"],
     )
     info = spawned.agent
     if spawned.resolved:
         emit(f"an earlier spawn of {info.agent} resolved: {spawned.resolved}")
     emit(f"spawned {info.agent} on host {info.host} (job {spawned.key}, {info.view} view)")
+    if spawned.first_msg_id:
+        runs = (spawned.first_delivery or {}).get("baseline_runs", 0 if spawned.first_delivery is None else None)
+        emit(f"first prompt {spawned.first_msg_id}: accepted{'' if runs is None else f' runs={runs}'}")
     if info.attach:
         emit(f"look at it: {info.attach}")
     return 0
@@ -70,8 +76,10 @@ def verb_list(args: Dict[str, Any]) -> int:
     if not found:
         emit("no agents")
         return 0
-    table([[a.agent, a.host, a.state, "alive" if a.pane_alive else "gone", a.view or "-"] for a in found],
-          ["AGENT", "HOST", "JOB", "PANE", "VIEW"])
+    table([[a.agent, a.host, a.state, "dead" if a.liveness == "dead" else a.turn, _count(a.runs),
+            _count(a.incarnation), "alive" if a.pane_alive else "gone", a.view or "-", _first_line(a.last_text)]
+           for a in found],
+          ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW", "LAST TEXT"])
     return 0
 
 
@@ -83,11 +91,32 @@ def verb_show(args: Dict[str, Any]) -> int:
     detail = ", ".join(f"{k} {v}" for k, v in info.detail.items())
     emit(f"agent {info.agent} on host {info.host} (plugin {info.plugin})")
     emit(f"job {info.job}: {info.state}{f' ({detail})' if detail else ''}, {info.view} view")
+    turn = "dead (its job is " + info.state + ")" if info.liveness == "dead" else info.turn
+    emit(f"turn: {turn}{f' ({info.turn_reason})' if info.turn_reason else ''}, runs {_count(info.runs)},"
+         f" incarnation {_count(info.incarnation)}; liveness {info.liveness}")
+    if info.last_text is not None:
+        emit(f"last text: {_first_line(info.last_text, 200)}")
     if info.pending:
         emit(f"an open {info.pending} on its job: `mu agent close {info.agent}` resolves it")
     if info.pane is not None:
         emit(f"pane: {info.pane['backend']}, {'alive' if info.pane_alive else 'gone'}; look at it: {info.attach}")
+    if info.reconciled:
+        emit(f"this read found its job over and recorded it ended: {info.reconciled}")
+    if info.view == "detached" and info.pane_alive is False and info.state in ("running", "unknown"):
+        emit(f"its view is gone and its job outlives it: `mu agent reattach {info.agent}` opens a new one")
     return 0
+
+
+def _count(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _first_line(text: Any, width: int = 60) -> str:
+    """A text's first line, cut to `width` characters, for one table cell."""
+    if not text:
+        return "-"
+    line = str(text).strip().splitlines()[0] if str(text).strip() else "-"
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def verb_read(args: Dict[str, Any]) -> int:
@@ -95,9 +124,26 @@ def verb_read(args: Dict[str, Any]) -> int:
         lines = int(args["-n"])
     except ValueError:
         raise UsageError(f"-n takes a whole number above 0, not {args['-n']!r}") from None
-    text = api.agent_read(args["<agent>"], lines)
-    if text:
-        emit(text.rstrip("\n"))
+    done = api.agent_read(args["<agent>"], lines)
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
+    if done.agent.reconciled:
+        emit(f"(mu found its job over: {done.agent.reconciled})")
+    if done.output:
+        emit(done.output.rstrip("\n"))
+    if done.last_text is not None:
+        emit("-- its last text --")
+        emit(done.last_text.rstrip("\n"))
+    return 0
+
+
+def verb_reattach(args: Dict[str, Any]) -> int:
+    done = api.agent_reattach(args["<agent>"])
+    info = done.agent
+    emit(f"reattached {info.agent}: a new view of job {info.job}{' (its earlier view closed)' if done.replaced else ''}")
+    if info.attach:
+        emit(f"look at it: {info.attach}")
     return 0
 
 
@@ -105,5 +151,26 @@ def verb_close(args: Dict[str, Any]) -> int:
     closed = api.agent_close(args["<agent>"])
     if closed.resolved:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
+    if closed.collected is not None:
+        got = closed.collected
+        emit(f"collected {got.branch} at {got.commit} ({got.new} new commit{'' if got.new == 1 else 's'})")
+    if closed.lost:
+        emit(f"not collected: {closed.lost}")
     emit(f"closed {closed.agent}")
+    return 0
+
+
+def verb_check(args: Dict[str, Any]) -> int:
+    checked = api.agent_check(args["<agent>"], args["<msgId>"])
+    if args["--json"]:
+        emit_json(checked.as_json())
+    else:
+        emit(f"{checked.msg_id} to {checked.agent}: {checked.state}"
+             f"{'' if checked.runs is None else f' runs={checked.runs}'}")
+    if checked.exit_code:
+        # an outcome still unknown: one line naming the key that resolves it
+        raise UnknownOutcome(f"the outcome of {checked.msg_id} to {checked.agent} is still unknown:"
+                             f" {checked.reason or checked.state}",
+                             f"`mu agent check {checked.agent} {checked.msg_id}` again resolves it (key {checked.key})",
+                             key=checked.key)
     return 0

@@ -4,6 +4,13 @@ Rows and SQL only.  A tree is keyed by its host's name and its path; the
 host's identity (`plugin:<name>:<instance>`) is kept beside it, so a tree
 is never taken for one of another incarnation of a host of the same name.
 `mu.store.hosts` marks a lost host's trees gone.
+
+A tree made for an agent names it (one tree an agent), the spawning
+checkout its commits are collected into, and, once the job record is
+written, the job's token: from then on the tree owes its final collect,
+and its row stays until that collect is done (or the tree is gone), even
+after the job and the agent rows went.  A row is written before its tree
+is made, so a tree whose making a crash cut short is always known.
 """
 
 from __future__ import annotations
@@ -20,17 +27,31 @@ class Tree(NamedTuple):
     identity: Optional[str]
     from_commit: Optional[str]
     gone: bool
+    agent: Optional[str] = None
+    checkout: Optional[str] = None
+    job: Optional[str] = None  # the job started in it: it owes its final collect
+
+    @property
+    def owes_collect(self) -> bool:
+        return self.job is not None
 
 
 def _tree(row: sqlite3.Row) -> Tree:
-    return Tree(row["host"], row["path"], row["identity"], row["from_commit"], bool(row["gone"]))
+    return Tree(row["host"], row["path"], row["identity"], row["from_commit"], bool(row["gone"]), row["agent"],
+                row["checkout"], row["job"])
 
 
-def insert(conn: sqlite3.Connection, host: str, path: str, identity: str, from_commit: str) -> None:
+def insert(conn: sqlite3.Connection, host: str, path: str, identity: str, from_commit: str,
+           agent: Optional[str] = None, checkout: Optional[str] = None) -> None:
     conn.execute(
-        "INSERT INTO trees (host, path, identity, from_commit, gone) VALUES (?, ?, ?, ?, 0)",
-        (host, path, identity, from_commit),
+        "INSERT INTO trees (host, path, identity, from_commit, gone, agent, checkout) VALUES (?, ?, ?, ?, 0, ?, ?)",
+        (host, path, identity, from_commit, agent, checkout),
     )
+
+
+def bind_job(conn: sqlite3.Connection, agent: str, token: str) -> None:
+    """The job `token` runs in `agent`'s tree: the tree owes its final collect."""
+    conn.execute("UPDATE trees SET job = ? WHERE agent = ?", (token, agent))
 
 
 def mark_gone(conn: sqlite3.Connection, host: str, path: str) -> None:
@@ -44,3 +65,29 @@ def delete(conn: sqlite3.Connection, host: str, path: str) -> None:
 def on_host(host: str) -> List[Tree]:
     with db.reading() as conn:
         return [_tree(r) for r in conn.execute("SELECT * FROM trees WHERE host = ? ORDER BY path", (host,))]
+
+
+def of_agent(agent: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Tree]:
+    sql = "SELECT * FROM trees WHERE agent = ?"
+    if conn is not None:
+        row = conn.execute(sql, (agent,)).fetchone()
+        return _tree(row) if row else None
+    with db.reading() as own:
+        row = own.execute(sql, (agent,)).fetchone()
+    return _tree(row) if row else None
+
+
+def find(host: str, path: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Tree]:
+    sql = "SELECT * FROM trees WHERE host = ? AND path = ?"
+    if conn is not None:
+        row = conn.execute(sql, (host, path)).fetchone()
+        return _tree(row) if row else None
+    with db.reading() as own:
+        row = own.execute(sql, (host, path)).fetchone()
+    return _tree(row) if row else None
+
+
+def owing() -> List[Tree]:
+    """Every tree that owes its final collect, for reads that list what is owed."""
+    with db.reading() as conn:
+        return [_tree(r) for r in conn.execute("SELECT * FROM trees WHERE job IS NOT NULL ORDER BY agent")]

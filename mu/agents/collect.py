@@ -1,0 +1,199 @@
+"""Collects (DESIGN "Collects"): an agent's commits brought back from its
+worktree into the spawning checkout, on the branch `mu/<workstream>/<name>`.
+
+`collect(agent, deadline)` is the in-life collect (`mu collect`, and `mu
+wait` after a settle or a deadline): it fetches the tree's HEAD over
+`link.fetch` into the spawning checkout's repository and moves the branch
+to it.  It never touches the user's checked-out branch, index or working
+tree (`mu.git.move_branch`), and never clears the final collect.
+
+`final(tree, deadline)` is the final collect of `mu agent close`, run after
+the job is stopped: the same fetch, then the tree is removed from the host
+and its row deleted, in that order.  A final collect that fails keeps the
+tree and its row (`FinalCollectFailed`, exit 5), and the next close retries
+it.  A tree that is gone (its host lost, or its folder no longer on the
+host) cannot be collected: `final` says so, records the loss and lets the
+close finish.
+
+What the fetch brought is proven, not assumed: mu deletes `FETCH_HEAD`
+first, the commit `FETCH_HEAD` then names must be in the checkout's
+repository, and the tree's HEAD, read on the host after the fetch, must be
+that commit (a final collect) or descend from it (in life, the agent may
+have committed since).  Collects into one checkout take its lock, so two
+never share `FETCH_HEAD`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Dict, NamedTuple, Optional
+
+from mu import git
+from mu.agents import site, split_agent
+from mu.deadline import GRACE_S, Deadline
+from mu.errors import CallError, MuError, NotFound, PluginRefused, Refused, StateError
+from mu.runtime.client import PluginClient
+from mu.seams.link import DEFAULT_TIMEOUT_MS, Link
+from mu.store import agents, db, hosts, jobs, locks, trees
+from mu.store.hosts import ProviderHost
+from mu.store.journal import journal
+from mu.store.trees import Tree
+
+COLLECT_S = 120.0  # a collect's default deadline: a fetch, two looks at the tree, local git
+
+
+class Collected(NamedTuple):
+    """One collect: `branch` (`mu/<workstream>/<name>`) in `checkout` now
+    names `commit`; `new` is how many commits it has that the branch had
+    before (that the tree started from, when the branch is new)."""
+
+    agent: str
+    checkout: str
+    branch: str
+    commit: str
+    previous: Optional[str]
+    new: int
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"agent": self.agent, "checkout": self.checkout, "branch": self.branch, "commit": self.commit,
+                "previous": self.previous, "new": self.new}
+
+
+class TreeGone(Refused):
+    """The tree cannot be collected: its host is lost, or it is no longer
+    on the host (exit 2 from `mu collect`; a close records the loss)."""
+
+
+class FinalCollectFailed(CallError):
+    """A close's final collect failed: the tree and its record are kept (exit 5)."""
+
+
+def collect(agent_name: str, deadline: Optional[Deadline] = None) -> Collected:
+    """Bring `agent_name`'s commits back, in life.  `NotFound` (exit 2) for
+    an unknown name, `Refused` (exit 2) for an agent without a tree, a
+    gone tree or a branch mu may not move; a failed fetch or a proof that
+    fails is exit 5.  Holds the agent's lock, so it waits for a spawn or
+    close of the name under way (until `deadline`, default two minutes)."""
+    deadline = deadline or Deadline.after(COLLECT_S)
+    split_agent(agent_name)
+    with locks.subject("agent", agent_name, deadline):
+        tree = trees.of_agent(agent_name)
+        if tree is None:
+            workstream, name = split_agent(agent_name)
+            if agents.find(workstream, name) is None and jobs.of_agent(agent_name) is None:
+                raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+            raise Refused(f"agent {agent_name} has no worktree: nothing to collect",
+                          "only an agent spawned with --worktree has commits to collect")
+        host = _host_of(tree)
+        return _collect(tree, host, Link(host), deadline, final=False)
+
+
+def _host_of(tree: Tree):
+    host = hosts.find(tree.host)
+    if tree.gone or host is None or (isinstance(host, ProviderHost) and host.state in ("lost", "released")):
+        why = "its host is lost" if host is not None and getattr(host, "state", "") == "lost" else "it is gone"
+        raise TreeGone(f"tree {tree.path} of {tree.agent} on host {tree.host} cannot be collected: {why}")
+    return host
+
+
+def _timeout_ms(deadline: Deadline) -> int:
+    return max(1, min(DEFAULT_TIMEOUT_MS, int((deadline.remaining() - GRACE_S) * 1000)))
+
+
+def _look(link: Link, tree: Tree, deadline: Deadline, fetched: str = "") -> str:
+    """The tree's HEAD on the host, and whether `fetched` is an ancestor of
+    it: `<head>` or `<head> ancestor`; `missing` when no tree is there."""
+    q = shlex.quote(tree.path)
+    lines = [f'if [ ! -f {q}/.git ]; then echo missing; exit 0; fi',
+             f'head=$(git -C {q} rev-parse --verify HEAD) || exit 3']
+    if fetched:
+        lines.append(f'if git -C {q} merge-base --is-ancestor {fetched} "$head"; then echo "$head ancestor"; exit 0; fi')
+    lines.append('echo "$head"')
+    run = link.exec(site._script(*lines), ".", _timeout_ms(deadline))
+    said = run.stdout.strip()
+    if run.exit_code != 0 or not said:
+        raise git.GitFailed(f"could not read the HEAD of tree {tree.path} on host {tree.host}"
+                            f" ({run.timed_out_note or f'exit {run.exit_code}'})",
+                            detail=git.first_line(run.stderr) or None)
+    return said
+
+
+def _collect(tree: Tree, host: Any, link: Link, deadline: Deadline, final: bool) -> Collected:
+    checkout = tree.checkout or ""
+    workstream, name = split_agent(tree.agent or "")
+    ref = git.branch_ref(workstream, name)
+    checkout = git.toplevel(checkout, deadline) if checkout else ""
+    if not checkout:
+        raise Refused(f"{tree.agent} has no spawning checkout recorded: nothing to collect into")
+    git.can_move(checkout, ref, deadline)  # before any call
+    with locks.subject("checkout", checkout, deadline):
+        previous = git.ref_value(checkout, ref, deadline)
+        git.forget_fetch_head(checkout, deadline)
+        try:
+            link.fetch(tree.path, checkout, _timeout_ms(deadline))
+        except MuError as failure:
+            if isinstance(failure, (StateError, PluginRefused)):
+                raise
+            try:
+                missing = _look(link, tree, deadline) == "missing"
+            except MuError:
+                missing = False  # the fetch's own failure is what to report
+            if missing:
+                raise TreeGone(f"tree {tree.path} of {tree.agent} is no longer on host {tree.host}: its commits"
+                               " cannot be collected") from None
+            raise
+        commit = git.fetched_commit(checkout, deadline)
+        head, _, ancestor = _look(link, tree, deadline, commit).partition(" ")
+        if head == "missing":
+            raise TreeGone(f"tree {tree.path} of {tree.agent} is no longer on host {tree.host}: its commits"
+                           " cannot be collected")
+        # in life the agent may have committed since the fetch, so the HEAD may
+        # descend from what it brought, but never take the branch backwards
+        behind = previous is not None and not git.is_ancestor(checkout, previous, commit, deadline)
+        if head != commit and (final or not ancestor or behind):
+            raise git.GitFailed(f"the fetch from host {tree.host} brought {commit[:12]}, but tree {tree.path}'s HEAD"
+                                f" is {head[:12]}")
+        branch = ref[len("refs/heads/"):]
+        git.move_branch(checkout, ref, commit, previous, deadline, f"mu collect {tree.agent}")
+        new = git.count_between(checkout, commit, previous or tree.from_commit, deadline)
+    journal().record(f"collect {tree.agent}: {branch} at {commit[:12]} ({new} new) in {checkout}", plugin=host.plugin)
+    return Collected(tree.agent or "", checkout, branch, commit, previous, new)
+
+
+class Final(NamedTuple):
+    """What a close's final collect did: what it collected, or why nothing
+    could be (the loss, recorded)."""
+
+    collected: Optional[Collected]
+    lost: str
+
+
+def final(tree: Tree, deadline: Optional[Deadline] = None, client: Optional[PluginClient] = None) -> Final:
+    """The final collect of a close, after the job is stopped, then the
+    tree's removal.  The caller holds the agent's lock.  A tree that never
+    held a job has nothing to collect and is only removed.  Raises
+    `FinalCollectFailed` (exit 5) with the tree and its row kept.
+    `client`, the close's client of the host's plugin, serves the link too."""
+    deadline = deadline or Deadline.after(COLLECT_S)
+    got: Optional[Collected] = None
+    try:
+        host = _host_of(tree)
+        link = site.link_for(host, client)
+        if tree.owes_collect:
+            got = _collect(tree, host, link, deadline, final=True)
+        site.remove_tree(link, tree, got.commit if got else tree.from_commit or "")
+    except TreeGone as gone:
+        with db.transaction() as conn:
+            trees.delete(conn, tree.host, tree.path)
+        lost = gone.message if tree.owes_collect else ""
+        journal().record(f"agent {tree.agent}: {gone.message}; its tree's record is dropped")
+        return Final(None, lost)
+    except (StateError, PluginRefused):
+        raise
+    except MuError as e:
+        did = f"collected {got.commit[:12]}, but " if got else ""
+        raise FinalCollectFailed(
+            f"agent {tree.agent}: {did}the final collect failed: {e.message}; the tree and its record are kept",
+            f"fix what failed, then `mu agent close {tree.agent}` again: it retries the collect",
+            detail=e.detail) from None
+    return Final(got, "")

@@ -1,0 +1,23 @@
+"""
+Usage:
+  mu collect <agent> [--json]
+
+Options:
+  --json      Print one JSON document on stdout and nothing else there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from mu import api
+from mu.cli.output import emit, emit_json
+
+
+def run(args: Dict[str, Any]) -> int:
+    got = api.collect(args["<agent>"])
+    if args["--json"]:
+        emit_json(got.as_json())
+        return 0
+    emit(f"{got.branch} at {got.commit} ({got.new} new commit{'' if got.new == 1 else 's'}) in {got.checkout}")
+    return 0
