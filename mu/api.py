@@ -563,19 +563,21 @@ class CollectResult:
                 "previous": self.previous, "new": self.new}
 
 
-def collect(agent: str, timeout_s: Optional[float] = None) -> CollectResult:
+def collect(agent: str, timeout_s: Optional[float] = None, into: Optional[str] = None) -> CollectResult:
     """Fetch `agent`'s worktree HEAD into the spawning checkout's repository
     and move branch `mu/<workstream>/<name>` to it, never touching the
     user's checked-out branch, index or working tree.  `NotFound` (exit 2)
     for an unknown agent; `Refused` (exit 2) for one without a worktree, a
     tree that is gone, or a branch mu may not move (checked out somewhere);
     a failed fetch, or a fetch whose commit cannot be proven, is exit 5.
-    It does not clear the final collect that `agent_close` owes."""
+    It does not clear the final collect that `agent_close` owes.  `into`
+    collects into another checkout (the spawning one may be gone) and makes
+    it the agent's checkout for later collects, the final one included."""
     from mu.agents import collect as collecting
     from mu.deadline import Deadline
 
     with _plugins_stopped():
-        done = collecting.collect(agent, Deadline.after(timeout_s) if timeout_s else None)
+        done = collecting.collect(agent, Deadline.after(timeout_s) if timeout_s else None, into)
     return CollectResult(*done)
 
 

@@ -311,3 +311,26 @@ def test_the_api_collects_with_typed_results_and_errors(host, checkout, tmp_path
     with pytest.raises(Refused):
         api.collect("w/b")
     assert run_mu("agent", "close", "w/b").returncode == 0
+
+
+def test_a_gone_spawning_checkout_is_replaced_with_collect_into(host, checkout, isolated, tmp_path, monkeypatch):
+    spawn_working(tmp_path)
+    head = tree_head(host)
+    monkeypatch.chdir(tmp_path)
+    shutil.rmtree(checkout)
+    failed = run_mu("agent", "close", "w/a")
+    assert failed.returncode == 5, failed.stderr  # nowhere to collect into: everything is kept
+    assert host.tree().exists() and len(rows(isolated, "trees")) == 1
+    elsewhere = tmp_path / "elsewhere"
+    git("init", "-q", str(elsewhere), cwd=tmp_path)
+    refused = run_mu("collect", "w/a", "--into", str(tmp_path / "no-such-folder"))
+    assert refused.returncode == 2 and "is not a folder" in one_error_line(refused)
+    assert rows(isolated, "trees")[0]["checkout"] == str(checkout)  # a refused --into changes nothing
+    moved = run_mu("collect", "w/a", "--into", str(elsewhere))
+    assert moved.returncode == 0, moved.stderr
+    assert git("rev-parse", "refs/heads/mu/w/a", cwd=elsewhere) == head
+    assert rows(isolated, "trees")[0]["checkout"] == str(elsewhere)
+    closed = run_mu("agent", "close", "w/a")  # the final collect goes to the new checkout
+    assert closed.returncode == 0, closed.stderr
+    assert f"collected mu/w/a at {head}" in closed.stdout
+    assert rows(isolated, "trees") == [] and rows(isolated, "agents") == []

@@ -392,10 +392,13 @@ def test_two_spawns_of_one_name_at_once_make_one_tree(host, isolated):
 
     both = [start_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", "sleep 60") for _ in range(2)]
     codes = sorted(p.wait(timeout=60) for p in both)
+    said = "".join(p.stderr.read() for p in both)
     for p in both:
         p.stdout.close()
         p.stderr.close()
-    assert codes[0] == 0 and codes[1] in (0, 2)  # the second waits for the first, then finds the name taken
+    assert codes == [0, 2], said  # the second waits for the first, then finds the name taken
+    assert "agent w/a already exists" in said
+    assert len(rows(isolated, "agents")) == 1
     assert len(rows(isolated, "trees")) == 1
     assert host.worktrees() == [str(host.tree().resolve())]
 

@@ -25,6 +25,7 @@ never share `FETCH_HEAD`.
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -68,14 +69,19 @@ class FinalCollectFailed(CallError):
     """A close's final collect failed: the tree and its record are kept (exit 5)."""
 
 
-def collect(agent_name: str, deadline: Optional[Deadline] = None) -> Collected:
+def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional[str] = None) -> Collected:
     """Bring `agent_name`'s commits back, in life.  `NotFound` (exit 2) for
     an unknown name, `Refused` (exit 2) for an agent without a tree, a
     gone tree or a branch mu may not move; a failed fetch or a proof that
     fails is exit 5.  Holds the agent's lock, so it waits for a spawn or
-    close of the name under way (until `deadline`, default two minutes)."""
+    close of the name under way (until `deadline`, default two minutes).
+
+    `into` collects into another checkout than the spawning one (which may
+    be gone) and, once that collect succeeds, makes it the agent's checkout
+    for every later collect, the final one included."""
     deadline = deadline or Deadline.after(COLLECT_S)
     split_agent(agent_name)
+    moved_to = git.toplevel(os.path.abspath(into), deadline) if into is not None else None  # before the lock
     with locks.subject("agent", agent_name, deadline):
         tree = trees.of_agent(agent_name)
         if tree is None:
@@ -85,7 +91,13 @@ def collect(agent_name: str, deadline: Optional[Deadline] = None) -> Collected:
             raise Refused(f"agent {agent_name} has no worktree: nothing to collect",
                           "only an agent spawned with --worktree has commits to collect")
         host = _host_of(tree)
-        return _collect(tree, host, Link(host), deadline, final=False)
+        if moved_to is None:
+            return _collect(tree, host, Link(host), deadline, final=False)
+        got = _collect(tree._replace(checkout=moved_to), host, Link(host), deadline, final=False)
+        with db.transaction() as conn:
+            trees.move_checkout(conn, agent_name, moved_to)
+        journal().record(f"collect {agent_name}: its checkout is now {moved_to}", plugin=host.plugin)
+        return got
 
 
 def _host_of(tree: Tree):

@@ -229,6 +229,15 @@ def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str]
     return task.brief if task.brief and task.brief.strip() else task.title, task
 
 
+def _refuse_taken(agent: str) -> None:
+    """A name whose agent row has its pane is taken; a placeholder (no
+    pane) is an unfinished spawn, which the same spawn resumes."""
+    workstream, name = split_agent(agent)
+    row = agents.find(workstream, name)
+    if row is not None and row.pane is not None:
+        raise Refused(f"agent {agent} already exists", f"`mu agent close {agent}` frees the name")
+
+
 def check(request: SpawnRequest) -> Plan:
     """Step 1: every refusal, before anything is written and before any
     call (protocol "The job")."""
@@ -239,9 +248,7 @@ def check(request: SpawnRequest) -> Plan:
         raise UsageError(f"--role must be full-access or read-only, not {request.role!r}")
     environment.spawn_job_ms()  # a malformed knob refuses before anything is written
     host = _provider_host(request.host)
-    row = agents.find(workstream, name)
-    if row is not None and row.pane is not None:  # a placeholder (no pane) is an unfinished spawn: it resumes
-        raise Refused(f"agent {request.agent} already exists", f"`mu agent close {request.agent}` frees the name")
+    _refuse_taken(request.agent)
     earlier = jobs.of_agent(request.agent)
     if earlier is not None and earlier.host != host.name:
         raise Refused(f"the name {request.agent} is held by a job on host {earlier.host}",
@@ -321,6 +328,9 @@ def _first_unknown(plan_agent: str, msg_id: str, failure: UnknownOutcome, key: s
 def spawn(request: SpawnRequest) -> Spawned:
     plan = check(request)
     with locks.subject("agent", request.agent):
+        # again under the lock: a spawn of the same name that held it may
+        # have finished while this one waited
+        _refuse_taken(request.agent)
         host = _provider_host(request.host)
         client = _connected(host)
         host = _provider_host(request.host)  # a profile's instance may have been pinned just now

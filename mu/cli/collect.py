@@ -1,8 +1,9 @@
 """
 Usage:
-  mu collect <agent> [--json]
+  mu collect <agent> [--into <checkout>] [--json]
 
 Options:
+  --into <checkout>  Collect into this checkout from now on, the final collect too.
   --json      Print one JSON document on stdout and nothing else there.
 """
 
@@ -15,7 +16,7 @@ from mu.cli.output import emit, emit_json
 
 
 def run(args: Dict[str, Any]) -> int:
-    got = api.collect(args["<agent>"])
+    got = api.collect(args["<agent>"], into=args["--into"])
     if args["--json"]:
         emit_json(got.as_json())
         return 0

@@ -33,8 +33,8 @@ from typing import Any, Dict
 
 from mu import schema
 from mu.contract import job as job_checks
-from mu.contract.registry import Fail, Skip, check, same_json
 from mu.contract.rawrun import RawClosed
+from mu.contract.registry import Fail, Skip, check, same_json
 from mu.deadline import READ_TIMEOUT_S, Deadline
 
 EFFECT_TIMEOUT_S = 60.0

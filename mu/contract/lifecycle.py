@@ -18,8 +18,8 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 import mu
-from mu.contract.registry import Fail, Skip, check
 from mu.contract.rawrun import RawClosed, RawRun
+from mu.contract.registry import Fail, Skip, check
 from mu.deadline import GRACE_S, READ_TIMEOUT_S, Deadline
 from mu.rpc.envelope import Reply
 from mu.runtime.client import PROTOCOL_RANGE

@@ -33,9 +33,9 @@ from typing import Any, Callable, Dict, List, Optional
 import mu
 from mu import environment, schema
 from mu.contract import leaks, transport
+from mu.contract.rawrun import RawRun
 from mu.contract.registry import Fail, Skip
 from mu.contract.watcher import GroupWatcher
-from mu.contract.rawrun import RawRun
 from mu.deadline import READ_TIMEOUT_S
 from mu.errors import CallError, LoadRuleError, MuError, Unanswered
 from mu.runtime.client import PROTOCOL_RANGE, PluginClient

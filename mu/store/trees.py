@@ -54,6 +54,11 @@ def bind_job(conn: sqlite3.Connection, agent: str, token: str) -> None:
     conn.execute("UPDATE trees SET job = ? WHERE agent = ?", (token, agent))
 
 
+def move_checkout(conn: sqlite3.Connection, agent: str, checkout: str) -> None:
+    """Collect `agent`'s tree into `checkout` from now on, the final collect included."""
+    conn.execute("UPDATE trees SET checkout = ? WHERE agent = ?", (checkout, agent))
+
+
 def mark_gone(conn: sqlite3.Connection, host: str, path: str) -> None:
     conn.execute("UPDATE trees SET gone = 1 WHERE host = ? AND path = ?", (host, path))
 
