@@ -1,6 +1,7 @@
 # The two commands the README opens with, and their helpers.
-#   make demo   install mu into .venv and run its main job on the local example
+#   make demo   install mu into .venv and run its main job: the whole agent path on the local provider
 #   make test   install mu with its test tools into .venv and run every test
+#               (two pytest-xdist workers; a test's state, sockets and namespaces are its own)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -19,7 +20,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello examples/mu-plugin-local examples/mu-demo-agent tests/hostile/mu-plugin-*
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 bench: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py

@@ -1,40 +1,41 @@
 #!/bin/sh
-# mu's main job, as far as it goes today, on the embedded default: the local
-# provider plugin, whose hosts are folders on this machine.  It registers the
-# plugin, acquires a host, pushes a commit to it, runs a script there that
-# commits on top, fetches the result back, checks and releases the host, and
-# shows the journal.  Everything lives in a fresh folder; no network.
+# mu's main job on its embedded default, with no network: the local provider
+# (hosts are folders on this machine) and the demo agent (a turn-taking agent
+# with no model).  It acquires a host, records a task, spawns an agent on it
+# in a worktree of a fresh repository with the task as its first prompt,
+# waits for its turn, reads what it said, sends it another message, waits
+# again, collects its commits onto branch mu/demo/fixer, closes it and
+# releases the host.  Everything lives in a fresh folder.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 demo=${MU_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/mu-demo.XXXXXX")}
 export MU_STATE_DIR="$demo/state"
+export MU_PANES="${MU_PANES:-headless}"  # the view's output under $MU_STATE_DIR/panes
 export GIT_AUTHOR_NAME=mu-demo GIT_AUTHOR_EMAIL=demo@mu.invalid
 export GIT_COMMITTER_NAME=mu-demo GIT_COMMITTER_EMAIL=demo@mu.invalid
 mu() { echo "\$ mu $*"; "$here/bin/mu" "$@"; }
-# push and fetch are library calls (later verbs use them): this is mu embedded
-library() { PYTHONPATH="$here" python3 -c "$1"; }
 
 mu plugin add local -- "$here/examples/mu-plugin-local" --root "$demo/local"
-mu plugin list
 mu host acquire demo --provider local --param ttl_ms=3600000
-mu host status demo
 
 repo="$demo/repo"
 git init -q "$repo"
 echo "a file to work on" > "$repo/notes.txt"
 git -C "$repo" add notes.txt
 git -C "$repo" commit -qm "the first commit"
-rev=$(git -C "$repo" rev-parse HEAD)
+cd "$repo"
 
-echo "\$ (library) push $rev to host demo's work/"
-library "from mu.seams.link import Link; Link.named('demo').push('$repo', 'work', '$rev')"
-mu host exec demo --cwd work -- "git checkout -q $rev && echo 'worked on the host' >> notes.txt && git commit -qam 'a commit made on the host' && git log --oneline"
-echo "\$ (library) fetch host demo's work/ HEAD into $repo"
-library "from mu.seams.link import Link; print('FETCH_HEAD', Link.named('demo').fetch('work', '$repo'))"
-git -C "$repo" log --oneline FETCH_HEAD
-
-mu host check demo
+echo '$ mu task add demo "tidy the notes" --brief "write down what the notes are for"'
+task=$("$here/bin/mu" task add demo "tidy the notes" --brief "write down what the notes are for")
+echo "$task"
+mu agent spawn demo/fixer --host demo --worktree --command "$here/examples/mu-demo-agent" --task "$task"
+mu wait demo/fixer --timeout 60
+mu agent read demo/fixer -n 5
+mu send demo/fixer "now add a second file"
+mu wait demo/fixer --timeout 60
+mu collect demo/fixer
+git log --oneline mu/demo/fixer
+mu agent close demo/fixer
 mu host release demo
-mu host list
-mu log -n 12
-echo "(state folder: $MU_STATE_DIR)"
+mu state
+echo "(state folder: $MU_STATE_DIR; your branch and working tree in $repo are as they were)"
