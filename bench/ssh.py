@@ -14,10 +14,15 @@ connection: none.
 - `link.fetch` of a 1,000-commit repository into an empty one, against
   plain `git fetch` of the same repository over the same ssh (each round
   fetches into a fresh repository, made outside the timing).
+- A `channel.send` to examples/mu-demo-agent running on the host (spawned
+  with `mu agent spawn`), idle when each send starts, on a plugin already
+  running: the whole delivery (record, inbox file, the agent's take, the
+  recorded result, ack `confirmed`), against the same `ssh box true`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -168,14 +173,48 @@ def measure(opts: harness.Options, server, config: Path, argv: List[str], folder
             raise RuntimeError(f"link.fetch: {result['stderr'][:300]}")
         return time.perf_counter() - started
 
+    # the demo agent on the host, for the channel's send
+    headless = dict(os.environ, MU_PANES="headless")
+    demo = os.path.join(harness.ROOT, "examples", "mu-demo-agent")
+    subprocess.run([PYTHON, MU, "agent", "spawn", "w/a", "--host", "box", "--command", f"{sys.executable} {demo}"],
+                   check=True, stdout=subprocess.DEVNULL, env=headless, timeout=120)
+    shown = subprocess.run([PYTHON, MU, "agent", "show", "w/a", "--json"], check=True, capture_output=True,
+                           timeout=60)
+    agent_target = {"host": {"name": "box"}, "job": {"kind": "ssh-tmux", "key": json.loads(shown.stdout)["job"]},
+                    "agent": {"workstream": "w", "name": "a", "incarnation": 1}}
+    sent = [0]
+
+    def idle() -> None:
+        give_up = time.monotonic() + 30
+        while time.monotonic() < give_up:
+            reading = client.call("channel.readStates", {"target": agent_target, "targets": ["w/a"]}, timeout_s=20)
+            if reading.get("w/a", {}).get("state") == "idle":
+                return
+            time.sleep(0.02)
+        raise RuntimeError("the demo agent did not settle")
+
+    def channel_send() -> float:
+        idle()  # outside the timing: each send meets an idle agent
+        sent[0] += 1
+        params = {"target": agent_target, "text": f"bench {sent[0]}", "msgId": f"bench-{sent[0]}",
+                  "mode": "followUp", "force": False, "firstPrompt": False}
+        started = time.perf_counter()
+        result = client.call("channel.send", params, timeout_s=40)
+        elapsed = time.perf_counter() - started
+        if result["ack"] != "confirmed":
+            raise RuntimeError(f"channel.send: {result}")
+        return elapsed
+
     try:
         sides = {"ssh": lambda: run_s(ssh_true), "mu": lambda: run_s(mu_true), "plugin": plugin_exec,
-                 "git": git_fetch, "fetch": plugin_fetch}
+                 "git": git_fetch, "fetch": plugin_fetch, "send": channel_send}
         for side in sides.values():
             side()  # warm: caches, the plugin's first call
         measured = harness.interleave(runs, sides)
     finally:
         client.stop()
+        subprocess.run([PYTHON, MU, "agent", "close", "w/a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=headless, timeout=120)
     med = {name: harness.median(values) for name, values in measured.items()}  # type: ignore[arg-type]
     commits = COMMITS if not opts.quick else 100
     return [
@@ -187,6 +226,8 @@ def measure(opts: harness.Options, server, config: Path, argv: List[str], folder
         Row(f"git fetch, {commits:,} commits (floor)", harness.ms(med["git"]), harness.ms(med["git"]), 1.0),
         Row(f"link.fetch, {commits:,} commits", harness.ms(med["fetch"]), harness.ms(med["git"]),
             med["fetch"] / med["git"]),
+        Row("channel.send to the demo agent, taken (ack confirmed)", harness.ms(med["send"]),
+            harness.ms(med["ssh"]), med["send"] / med["ssh"]),
     ]
 
 

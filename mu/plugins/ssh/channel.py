@@ -4,27 +4,35 @@ The same files as the local provider's channel (docs/local-provider.md,
 "Turn files"), in the job's folder on the host (`<work>/jobs/<k>`, the
 agent's MU_DEMO_AGENT_DIR), read and written over the plugin's connection,
 so examples/mu-demo-agent runs remotely unchanged.  Reads copy the files
-they need in one round trip; a delivery is one round trip under the
-folder's lock (`flock(1)` on `.channel.lock`) that checks, records and
-delivers, so a receipt and a send of one msgId never cross.
+they need in one round trip.  A delivery is one round trip when the agent
+takes it within the wait (a remote sh program over stdin: under the
+folder's lock, `flock(1)` on `.channel.lock`, it checks, records and
+delivers; then it waits for the take and records the result), and two
+when it does not (the second records the predicted result).
 
-Capabilities: `send` (followUp), an exact `receipt` and an exact `dedupe`
-by msgId, a streamed `watch` (the plugin polls turn.json over the
-connection), full settle text.  Steer, interrupt, fresh, answer and
-command are declared none: mu refuses them before any call.
+Capabilities, as the local provider's: send (followUp and steer: native),
+interrupt and abort (native), fresh (in-place), answer and command, an
+exact `receipt` and an exact `dedupe`, a streamed `watch` (the plugin
+polls turn.json over the connection), full settle text.
 
 What a caller may rely on:
 
 - `channel.readStates` answers only the job's own agent (recorded at
   `job.start`), from turn.json; `unknown` before the agent wrote one or
   when the host cannot be read.  Liveness is never read here.
-- `channel.send` is delivered once per msgId: the record
-  (`deliveries/m-<id>.json`) is written before the inbox file, under the
-  lock, and a repeat answers the first result without delivering again.
-  It waits up to 2 s for the agent to take it (ack `confirmed`, the taken
-  record's baseline); else ack `unknown` and a baseline predicted from
-  turn.json and the inbox.  Nothing is delivered to a job that ended or a
-  msgId a receipt fenced.
+- Every delivery (send, fresh, interrupt, command, abort, answer) is made
+  once: its record (`deliveries/<rec>.json`: `m-<msgId as a file name>`,
+  or for command, abort and answer, which carry no msgId, `<kind>-<40 hex
+  of the params' digest>`, one delivery for the same params inside
+  PARAMS_WINDOW_MS) is written before the inbox file, under the lock, and
+  a repeat answers the first result without delivering again.  When a
+  live agent takes it at once (a control kind, or a turn of its own while
+  it is idle with nothing queued before it) the host waits up to 2 s
+  (interrupt and abort: their timeoutMs) for the take: then ack
+  `confirmed` and the taken record's counts; else ack `unknown` and a
+  baseline predicted from turn.json and the inbox.  Nothing is delivered
+  to a job that ended or a msgId a receipt fenced, nor an answer without
+  force when no question is pending.
 - `channel.receipt`: accepted once the msgId is in inbox/ or taken/;
   otherwise it fences the msgId under the lock (never delivered after)
   and answers not-accepted; unreachable when the host cannot be read.
@@ -42,15 +50,20 @@ from mu import sdk
 from mu.plugins.ssh import remote
 from mu.plugins.ssh.job import job_name, target_key
 
-CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "none", "interrupt": "none",
-        "fresh": "none", "answer": False, "command": False, "watch": "stream", "settleText": "full"}
+CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "native", "interrupt": "native",
+        "fresh": "in-place", "answer": True, "command": True, "watch": "stream", "settleText": "full"}
 FIRST_INCARNATION = 1
 TURN_STATES = ("idle", "busy", "blocked")
 PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")  # the demo agent's rule
 READ_S = 8.0
 EFFECT_S = 30.0
-TAKE_WAIT_S = 2.0
-TAKE_POLL_S = 0.1
+TAKE_WAIT_S = 2.0  # how long a delivery waits for the agent to take it (ack "confirmed")
+REPLY_MARGIN_S = 1.0  # what the wait leaves of the call's time for the rest of the round trip
+DEFAULT_TIMEOUT_MS = 20000  # interrupt's and abort's timeoutMs when none is given
+# command, abort and answer carry no msgId (protocol "The channel"): the same
+# params inside this window are one delivery (as the local provider's)
+PARAMS_WINDOW_MS = 600000
+CONTROL_KINDS = ("steer", "interrupt", "abort", "answer")  # the agent takes them at once, even during a turn
 WATCH_POLL_S = 0.3
 MARK = "\x02F "  # not a line boundary for str.splitlines, unlike \x1e
 OBSERVATION_FIELDS = {"status": str, "settled": bool, "since": int, "runs": int, "incarnation": int, "reason": str,
@@ -79,23 +92,115 @@ exec 9>"$J/.channel.lock"
 flock -w 5 9 || { echo busy; exit 0; }
 '''
 
-# A delivery.  Arguments: k, the record's name, the message's file name.
-# stdin: the record (one line of JSON), then the message (one line).
-SEND = remote.PRELUDE + r'''
-J=$W/jobs/$1; rec=$2; name=$3
+# The channel's shell helpers.  `mu_show <name>` prints one file of the
+# job folder as "\002F <name>\n<bytes>\n\002E\n" (READ's format).
+CHANNEL = LOCK + r"""
+mu_show() { [ -f "$J/$1" ] || return 0; printf '\002F %s\n' "$1"; cat -- "$J/$1"; printf '\n\002E\n'; }
+mu_num() { mu_v=${2#*\"$1\":}; mu_v=${mu_v%%[!0-9]*}; printf '%s' "$mu_v"; }
+"""
+
+# A delivery, whole, in one round trip (docs/local-provider.md, "The
+# channel": the same steps as the local provider's).  Arguments: k, the
+# record's name, the message's file name, the kind, the params' digest, the
+# window's start (epoch ms; 0 for a delivery named by its msgId), how long
+# to wait for the take (ms), force (1 or 0).  stdin: the record (one line
+# of JSON), the message (one line), the result if it is taken (one line,
+# with @RUNS@, @INC@, @BUSY@ and @BEFORE@ filled from the taken record).
+#
+# Under the lock: a repeat answers its record ("recorded"), or puts its
+# message back when an attempt died between the record and the inbox;
+# else the refusals (fenced, ended, unasked: nothing written), then the
+# record, then the message.  Without the lock: the wait for taken/ when a
+# live agent takes it at once (a control kind, or a turn of its own while
+# it is idle and nothing of its own kind is queued before it).  Then,
+# under the lock again: the result, once ("done" and the result), or the
+# first one ("recorded"), or "queued" and the files a prediction needs.
+DELIVER = remote.PRELUDE + r"""
+J=$W/jobs/$1; rec=$2; name=$3; kind=$4; digest=$5; cutoff=$6; wait_ms=$7; force=$8
 [ -d "$J" ] || { echo gone; exit 0; }
-''' + LOCK + r'''
-if [ -e "$J/fenced/$name.json" ]; then echo fenced; exit 0; fi
-if [ -f "$J/deliveries/$rec.json" ]; then echo recorded; cat -- "$J/deliveries/$rec.json"; exit 0; fi
-if [ -e "$J/exit" ] || [ -e "$J/stopped" ]; then echo ended; exit 0; fi
-IFS= read -r r; IFS= read -r m
-mkdir -p -- "$J/deliveries" "$J/inbox" || { echo "fail cannot write in $J"; exit 0; }
-printf '%s\n' "$r" > "$J/deliveries/.$rec.tmp" && mv -f -- "$J/deliveries/.$rec.tmp" "$J/deliveries/$rec.json" \
-  || { echo "fail cannot record the delivery"; exit 0; }
-printf '%s\n' "$m" > "$J/inbox/.$name.tmp" && mv -f -- "$J/inbox/.$name.tmp" "$J/inbox/$name.json" \
-  || { echo "fail cannot write the inbox file"; exit 0; }
-echo delivered
-'''
+""" + CHANNEL + r"""
+IFS= read -r r; IFS= read -r m; IFS= read -r ok
+R=$J/deliveries/$rec.json
+old=
+if [ -f "$R" ]; then
+  old=$(cat -- "$R")
+  if [ "$cutoff" != 0 ]; then
+    a=$(mu_num at "$old")
+    if [ -n "$a" ] && [ "$a" -lt "$cutoff" ]; then old=; fi
+  fi
+fi
+if [ -n "$old" ]; then
+  case $old in *"\"digest\":\"$digest\""*) ;; *) echo other; exit 0 ;; esac
+  case $old in *'"result":'*) echo recorded; printf '%s\n' "$old"; exit 0 ;; esac
+  r=$old; m=${old#*\"message\":}; m=${m%\}}
+  if [ "$cutoff" != 0 ]; then name=${old#\{\"msgId\":\"}; name=${name%%\"*}; fi
+fi
+new=1
+if [ -n "$old" ] && { [ -f "$J/inbox/$name.json" ] || [ -f "$J/taken/$name.json" ]; }; then new=0; fi
+if [ "$new" = 1 ]; then
+  if [ -e "$J/fenced/$name.json" ]; then echo fenced; exit 0; fi
+  if [ -e "$J/exit" ] || [ -e "$J/stopped" ]; then echo ended; exit 0; fi
+  if [ "$kind" = answer ] && [ "$force" != 1 ] && ! grep -q '"pending":' "$J/turn.json" 2>/dev/null; then
+    echo unasked; exit 0
+  fi
+  mkdir -p -- "$J/deliveries" "$J/inbox" || { echo "fail cannot write in $J"; exit 0; }
+  if [ -z "$old" ]; then
+    { printf '%s\n' "$r" > "$J/deliveries/.$rec.tmp" && mv -f -- "$J/deliveries/.$rec.tmp" "$R"; } \
+      || { echo "fail cannot record the delivery"; exit 0; }
+  fi
+  { printf '%s\n' "$m" > "$J/inbox/.$name.tmp" && mv -f -- "$J/inbox/.$name.tmp" "$J/inbox/$name.json"; } \
+    || { echo "fail cannot write the inbox file"; exit 0; }
+fi
+flock -u 9
+t=$(cat -- "$J/turn.json" 2>/dev/null)
+pid=$(mu_num pid "$t"); soon=0
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  case $(sed -n 's/^.*) \([A-Z]\).*$/\1/p' "/proc/$pid/stat" 2>/dev/null) in Z|X) ;; *) soon=1 ;; esac
+fi
+case $kind in
+  steer|interrupt|abort|answer) ;;
+  *) case $t in *'"turn":null'*) ;; *) soon=0 ;; esac
+     mine=$(mu_num at "$m")
+     for f in "$J/inbox/"*.json; do
+       [ "$soon" = 1 ] && [ -f "$f" ] || continue
+       n=${f##*/}; n=${n%.json}
+       [ "$n" = "$name" ] || [ -f "$J/taken/$n.json" ] && continue
+       b=$(cat -- "$f" 2>/dev/null) || continue
+       case $b in *'"kind":"steer"'*|*'"kind":"interrupt"'*|*'"kind":"abort"'*|*'"kind":"answer"'*) continue ;; esac
+       a=$(mu_num at "$b")
+       if [ "${a:-0}" -le "${mine:-0}" ]; then soon=0; fi
+     done ;;
+esac
+i=0; [ "$soon" = 1 ] && n=$((wait_ms / 25)) || n=0
+while [ ! -f "$J/taken/$name.json" ] && [ "$i" -lt "$n" ]; do
+  sleep 0.025 2>/dev/null || { sleep 1; i=$((i + 39)); }
+  i=$((i + 1))
+done
+res=
+if [ -f "$J/taken/$name.json" ]; then
+  tk=$(cat -- "$J/taken/$name.json")
+  runs=$(mu_num runs "$tk"); inc=$(mu_num incarnation "$tk")
+  st=${tk#*\"state\":\"}; st=${st%%\"*}
+  case $st in busy|blocked) busy=true; before=busy ;; idle) busy=false; before=idle ;; *) runs= ;; esac
+  case $tk in *"\"msgId\":\"$(printf '%s' "$m" | sed -n 's/^{"msgId":"\([^"\\]*\)".*$/\1/p')\""*) ;; *) runs= ;; esac
+  if [ -n "$runs" ] && [ -n "$inc" ]; then
+    res=$(printf '%s\n' "$ok" | sed -e "s/@RUNS@/$runs/g" -e "s/@INC@/$inc/g" -e "s/@BUSY@/$busy/g" \
+      -e "s/@BEFORE@/$before/g" -e "s/@NAME@/$name/g")
+  fi
+fi
+flock -w 5 9 || { echo "busy-result"; exit 0; }
+cur=$(cat -- "$R" 2>/dev/null)
+case $cur in *'"result":'*) echo recorded; printf '%s\n' "$cur"; exit 0 ;; esac
+if [ -n "$res" ] && printf '%s\n' "${r%\}},\"result\":$res}" > "$J/deliveries/.$rec.tmp" \
+   && mv -f -- "$J/deliveries/.$rec.tmp" "$R"; then
+  echo done; printf '%s\n' "$res"; exit 0
+fi
+echo queued
+printf '%s\n' "$r"
+mu_show turn.json; mu_show "taken/$name.json"
+for f in "$J/inbox/"*.json; do [ -f "$f" ] && mu_show "inbox/${f##*/}"; done
+exit 0
+"""
 
 # A delivery's result.  Arguments: k, the record's name.  stdin: the record
 # with its result (one line).  Prints "had" and the first result's record,
@@ -234,53 +339,172 @@ class ChannelSeam:
 
     @sdk.method("channel.send")
     def send(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        if params.get("mode") != "followUp":
-            raise sdk.Permanent("this channel takes followUp sends only (steer: none)")
-        text = params.get("text")
-        if not isinstance(text, str):
-            raise sdk.Permanent("channel.send needs a text")
-        msg_id = _msg_id(params)
+        mode = params.get("mode")
+        if mode not in ("followUp", "steer"):
+            raise sdk.Permanent("mode must be followUp or steer")
+        message = {"text": _text(params), "force": params.get("force") is True,
+                   "firstPrompt": params.get("firstPrompt") is True}
+        return self._deliver(params, call, "steer" if mode == "steer" else "send", message, _msg_id(params))
+
+    @sdk.method("channel.fresh")
+    def fresh(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        message = {"text": _text(params), "force": params.get("force") is True}
+        return self._deliver(params, call, "fresh", message, _msg_id(params))
+
+    @sdk.method("channel.command")
+    def command(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str) or not name:
+            raise sdk.Permanent("channel.command needs a name")
+        instructions = params.get("instructions", "")
+        if not isinstance(instructions, str):
+            raise sdk.Permanent("instructions must be a string")
+        message = {"name": name, "instructions": instructions, "force": params.get("force") is True}
+        return self._deliver(params, call, "command", message, None)
+
+    @sdk.method("channel.interrupt")
+    def interrupt(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        _timeout_ms(params)
+        return self._deliver(params, call, "interrupt", {"text": _text(params)}, _msg_id(params))
+
+    @sdk.method("channel.abort")
+    def abort(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        _timeout_ms(params)
+        return self._deliver(params, call, "abort", {}, None)
+
+    @sdk.method("channel.answer")
+    def answer(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        keys = params.get("keys")
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+            raise sdk.Permanent("keys must be a non-empty list of strings")
+        return self._deliver(params, call, "answer", {"keys": keys, "force": params.get("force") is True}, None)
+
+    def _deliver(self, params: Dict[str, Any], call: Any, kind: str, fields: Dict[str, Any],
+                 msg_id: Optional[str]) -> Dict[str, Any]:
+        """Deliver once (protocol "Effects and replay": a repeat returns the
+        first result and makes no second delivery), in one round trip when
+        the agent takes it within the wait; a second one records a
+        predicted result when it does not.  A delivery with a msgId is named
+        by it for as long as the job folder lives; one without (command,
+        abort, answer: protocol "The channel" gives them none) by its
+        params, inside PARAMS_WINDOW_MS."""
         from mu.sdk.effects import params_digest
 
         digest = params_digest({k: v for k, v in params.items() if k not in ("target", "deadline")})
         conn, end, key = self._folder(call, EFFECT_S)
-        name = message_file(msg_id)
-        rec = "m-" + name
         at = _now_ms()
-        message = {"msgId": msg_id, "kind": "send", "text": text, "at": at}
-        record = {"msgId": msg_id, "method": "channel.send", "digest": digest, "at": at, "message": message}
-        data = (_line(record) + "\n" + _line(message) + "\n").encode("ascii")
-        lines = conn.op(SEND, [job_name(key), rec, name], end, call, data=data, acts=True)
+        if msg_id is not None:
+            name, cutoff = message_file(msg_id), 0
+            rec = "m-" + name
+        else:
+            name, cutoff = "%s-%s-%d" % (kind, digest[:16], at), at - PARAMS_WINDOW_MS
+            rec = "%s-%s" % (kind, digest[:40])
+        # msgId first: the host reads it from the line's head
+        message = dict({"msgId": msg_id if msg_id is not None else name, "kind": kind}, **fields)
+        message["at"] = at
+        record = {"msgId": message["msgId"], "method": call.method, "digest": digest, "at": at, "message": message}
+        wait = TAKE_WAIT_S if kind not in ("interrupt", "abort") else params.get("timeoutMs", DEFAULT_TIMEOUT_MS) / 1000.0
+        wait = max(0.0, min(wait, end - time.monotonic() - REPLY_MARGIN_S))
+        stdin = "\n".join([_line(record), _line(message), self._taken_result(kind, message["msgId"], params)]) + "\n"
+        args = [job_name(key), rec, name, kind, digest, str(cutoff), str(int(wait * 1000)),
+                "1" if fields.get("force") else "0"]
+        # protocol "The channel": the lock is .channel.lock, held with flock(1) on the host
+        lines = conn.op(DELIVER, args, end, call, data=stdin.encode("ascii"), acts=True)
         word = lines[0] if lines else ""
-        if word == "recorded":
+        if word in ("recorded", "done"):
             first = _json("\n".join(lines[1:])) or {}
+            if word == "done" and first:
+                return first
+            if word == "done":
+                raise sdk.UnknownOutcome("the host recorded a result that is not JSON")
             if first.get("digest") != digest:
-                raise sdk.Permanent("msgId %s was delivered with other params; a msgId is one delivery" % msg_id)
+                raise sdk.Permanent(_other_params(msg_id, rec))
             if isinstance(first.get("result"), dict):
                 return first["result"]  # the first result; nothing is delivered again
-            record = first  # delivered by an attempt that did not record its result
-        elif word == "fenced":
+            raise sdk.UnknownOutcome("the host's record of %s is not a delivery record" % rec)
+        if word == "other":
+            raise sdk.Permanent(_other_params(msg_id, rec))
+        if word == "fenced":
             raise sdk.Permanent("msgId %s was declared not-accepted by a receipt; it is never delivered" % msg_id)
-        elif word == "ended":
+        if word == "ended":
             raise sdk.Permanent("job %s has ended; nothing was delivered" % key)
-        elif word == "gone":
+        if word == "gone":
             raise sdk.Permanent("the host has no job with key %s; nothing was delivered" % key)
-        elif word == "busy":
+        if word == "unasked":
+            raise sdk.Permanent("the agent has no pending question; force delivers the answer anyway")
+        if word == "busy":
             raise sdk.Retryable("the agent's deliveries are locked by another call")
-        elif word != "delivered":
-            raise sdk.UnknownOutcome("send to %s: the host answered %r" % (key, word[:200]))
-        taken, files = _await_take(conn, key, name, msg_id, min(TAKE_WAIT_S, end - time.monotonic() - 1.0), call)
-        result = {"channel": self.name, "ack": "confirmed" if taken else "unknown", "msgId": msg_id}  # type: ignore
-        if taken and _is_count(taken.get("runs")):
-            result["baseline"] = taken["runs"]
+        if word == "queued":
+            delivered = _json(lines[1] if len(lines) > 1 else "") or {}
+            files = _files("\n".join(lines[2:]))
+        elif word == "busy-result":  # delivered, and the lock was held past the wait: read, then record
+            files = _read(conn, key, ["deliveries/%s.json" % rec, "turn.json", "inbox/"], end, call) or {}
+            delivered = _json(files.get("deliveries/%s.json" % rec, "")) or record
+            mid = (delivered.get("message") or {}).get("msgId") if isinstance(delivered.get("message"), dict) else None
+            if isinstance(mid, str):
+                files.update(_read(conn, key, ["taken/%s.json" % message_file(mid)], end, call) or {})
         else:
-            result["baseline"] = _predict(files, msg_id)
-        record = dict(record, result=result)
+            raise sdk.UnknownOutcome("%s to %s: the host answered %r" % (call.method, key, word[:200]))
+        delivered_message = delivered.get("message") if isinstance(delivered.get("message"), dict) else message
+        result = self._result(kind, delivered_message, files, params)
+        record = dict(delivered, result=result)
         said = conn.op(RESULT, [job_name(key), rec], end, call, data=(_line(record) + "\n").encode("ascii"), acts=True)
         if said[:1] == ["had"]:
             first = _json("\n".join(said[1:])) or {}
             if isinstance(first.get("result"), dict):
                 return first["result"]  # a repeat beside us answered first
+        return result
+
+    def _taken_result(self, kind: str, msg_id: str, params: Dict[str, Any]) -> str:
+        """The result once the agent took the delivery, as one line the host
+        fills from the taken record: @RUNS@, @INC@, @BUSY@ (true or false)
+        and @BEFORE@ (busy or idle); and @NAME@, the delivered message's
+        file name (a command's msgId: a plain name).  Every "@" of a value is escaped, so
+        only the placeholders are filled."""
+        if kind == "interrupt":
+            fixed, tail = {"pending": False, "msgId": msg_id}, ',"wasBusy":@BUSY@,"runs":@RUNS@,"incarnation":@INC@}'
+        elif kind == "abort":
+            fixed, tail = {"after": "idle", "settled": True, "pending": False}, ',"before":"@BEFORE@","aborted":@BUSY@}'
+        elif kind == "answer":
+            fixed, tail = {"keys": list(params["keys"]), "ack": "confirmed"}, "}"
+        elif kind == "command":  # named by its params: the msgId is the recorded delivery's, @NAME@
+            fixed, tail = {"channel": self.name, "ack": "confirmed"}, ',"msgId":"@NAME@","baseline":@RUNS@}'  # type: ignore
+        else:
+            fixed, tail = {"channel": self.name, "ack": "confirmed", "msgId": msg_id}, ',"baseline":@RUNS@}'  # type: ignore
+        return _line(fixed).replace("@", "\\u0040")[:-1] + tail
+
+    def _result(self, kind: str, delivered: Dict[str, Any], files: Dict[str, str],
+                params: Dict[str, Any]) -> Dict[str, Any]:
+        """A delivery's result from the host's files after the wait
+        (docs/local-provider.md, "Deliveries": taken, or not taken yet)."""
+        mid = delivered.get("msgId") if isinstance(delivered.get("msgId"), str) else ""
+        taken = _json(files.get("taken/%s.json" % message_file(mid), "")) if mid else None
+        if taken is not None and taken.get("msgId") != mid:
+            taken = None
+        turn = _turn(files)
+        busy_now = bool(turn and turn["state"] in ("busy", "blocked"))
+        if kind == "interrupt":
+            if taken:
+                result = {"wasBusy": taken.get("state") in ("busy", "blocked"), "pending": False, "msgId": mid}
+                for field in ("runs", "incarnation"):
+                    if _is_count(taken.get(field)):
+                        result[field] = taken[field]
+                return result
+            return {"wasBusy": busy_now, "pending": True, "runs": _predict(files, delivered), "msgId": mid}
+        if kind == "abort":
+            if taken:
+                busy = taken.get("state") in ("busy", "blocked")
+                return {"before": "busy" if busy else "idle", "after": "idle", "settled": True, "aborted": busy,
+                        "pending": False}
+            state = "busy" if busy_now else "idle"
+            return {"before": state, "after": state, "settled": state == "idle", "aborted": False, "pending": True}
+        if kind == "answer":
+            return {"keys": list(params["keys"]), "ack": "confirmed" if taken else "unknown"}
+        result = {"channel": self.name, "ack": "confirmed" if taken else "unknown", "msgId": mid}  # type: ignore
+        if taken and _is_count(taken.get("runs")):
+            result["baseline"] = taken["runs"]
+        else:
+            result["baseline"] = _predict(files, delivered)
         return result
 
 
@@ -295,55 +519,70 @@ def _read(conn: Any, key: str, names: List[str], end: float, call: Any) -> Optio
         return None
     if head != "here":
         raise sdk.Retryable("the host answered %r" % head[:200])
+    return _files(rest)
+
+
+def _files(text: str) -> Dict[str, str]:
+    """The files a program printed in READ's format, by name."""
     files: Dict[str, str] = {}
-    for part in ("\n" + rest).split("\n" + MARK)[1:]:
+    for part in ("\n" + text).split("\n" + MARK)[1:]:
         name, _, body = part.partition("\n")
         cut = body.rfind("\n\x02E")
         files[name] = body[:cut] if cut >= 0 else body
     return files
 
 
-def _await_take(conn: Any, key: str, name: str, msg_id: str, seconds: float,
-                call: Any) -> Tuple[Optional[Dict[str, Any]], Dict[str, str]]:
-    """The agent's taken record of `msg_id` within `seconds`, and the last
-    files read (turn.json, the inbox) for a prediction."""
-    give_up = time.monotonic() + max(0.0, seconds)
-    files: Dict[str, str] = {}
-    while True:
-        try:
-            files = _read(conn, key, ["taken/%s.json" % name, "turn.json", "inbox/"], give_up + 2.0, call) or {}
-        except sdk.PluginError:
-            return None, files
-        taken = _json(files.get("taken/%s.json" % name, ""))
-        if taken and taken.get("msgId") == msg_id:
-            return taken, files
-        if time.monotonic() >= give_up or call.is_set():
-            return None, files
-        time.sleep(TAKE_POLL_S)
-
-
-def _predict(files: Dict[str, str], mine: str) -> int:
-    """The runs the agent will have when it takes `mine`: a send begins the
-    turn after the one under way and after every send queued before it."""
+def _predict(files: Dict[str, str], delivered: Dict[str, Any]) -> int:
+    """The runs the agent will have when it takes `delivered`, by its rules
+    (docs/local-provider.md, "What it takes, and when") applied to one
+    snapshot of turn.json and the inbox: every control message first, then
+    the turns in order, a fresh resetting to 0.  Exact when nothing else
+    arrives before it is taken."""
+    mine = delivered.get("msgId")
+    kind = delivered.get("kind", "send")
+    taken = _json(files.get("taken/%s.json" % message_file(mine), "")) if isinstance(mine, str) else None
+    if taken and taken.get("msgId") == mine and _is_count(taken.get("runs")):
+        return taken["runs"]  # taken meanwhile: its count is known, not predicted
     turn = _turn(files) or {"runs": 0, "state": "idle"}
-    for entry in turn.get("takenLog") or []:
-        if isinstance(entry, dict) and entry.get("msgId") == mine and _is_count(entry.get("runs")):
-            return entry["runs"]
+    # turn.json holds a take before taken/ does: what it names is not queued
     held = set((turn.get("turn") or {}).get("msgIds") or [])
+    for entry in turn.get("takenLog") or []:
+        if isinstance(entry, dict):
+            held.add(entry.get("msgId"))
+            if entry.get("msgId") == mine and _is_count(entry.get("runs")):
+                return entry["runs"]
     queue = []
     for name, body in files.items():
-        if name.startswith("inbox/"):
-            message = _json(body)
-            if message and isinstance(message.get("msgId"), str) and message["msgId"] not in held:
-                at = message.get("at") if _is_count(message.get("at")) else 0
-                queue.append((at, name, message["msgId"]))
-    queue.sort()
+        message = _json(body) if name.startswith("inbox/") else None
+        if message and isinstance(message.get("msgId"), str) and message["msgId"] not in held:
+            at = message.get("at") if _is_count(message.get("at")) else 0
+            queue.append((at, name[len("inbox/"):], message))
+    queue.sort(key=lambda q: (q[0], q[1]))
+    ordered = [m for _at, _name, m in queue]
     runs, busy = turn["runs"], turn["state"] != "idle"
-    for _at, _name, msg_id in queue:
-        if msg_id == mine:
-            break
-        runs, busy = (runs + 1 if busy else runs), True
-    return runs + 1 if busy else runs
+    position = next((i for i, m in enumerate(ordered) if m["msgId"] == mine), len(ordered))
+    ahead = ordered[:position]
+    for message in [m for m in ahead if m.get("kind") in CONTROL_KINDS]:
+        runs, busy = _take_control(message.get("kind"), runs, busy)
+    if kind in CONTROL_KINDS:
+        runs, busy = _take_control(kind, runs, busy)
+        return runs
+    for message in [m for m in ahead if m.get("kind", "send") not in CONTROL_KINDS]:
+        runs = runs + 1 if busy else runs
+        runs, busy = (0 if message.get("kind") == "fresh" else runs), True
+    runs = runs + 1 if busy else runs
+    return 0 if kind == "fresh" else runs
+
+
+def _take_control(kind: Any, runs: int, busy: bool) -> Tuple[int, bool]:
+    """(runs, busy) once the agent took a control message of `kind`."""
+    if kind == "steer":
+        return runs, True
+    if kind == "interrupt":
+        return (runs + 1 if busy else runs), True
+    if kind == "abort":
+        return (runs + 1 if busy else runs), False
+    return runs, busy  # an answer joins the turn, or does nothing
 
 
 def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int) -> None:
@@ -439,6 +678,26 @@ def _msg_id(params: Dict[str, Any]) -> str:
     if not isinstance(msg_id, str) or not msg_id:
         raise sdk.Permanent("the call needs a msgId")
     return msg_id
+
+
+def _other_params(msg_id: Optional[str], rec: str) -> str:
+    if msg_id is None:
+        return "delivery %s was recorded with other params; nothing was delivered" % rec
+    return "msgId %s was delivered with other params; a msgId is one delivery" % msg_id
+
+
+def _text(params: Dict[str, Any]) -> str:
+    text = params.get("text")
+    if not isinstance(text, str):
+        raise sdk.Permanent("the call needs a text")
+    return text
+
+
+def _timeout_ms(params: Dict[str, Any]) -> int:
+    timeout = params.get("timeoutMs", DEFAULT_TIMEOUT_MS)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        raise sdk.Permanent("timeoutMs must be a positive integer")
+    return timeout
 
 
 def _json(text: str) -> Optional[Dict[str, Any]]:
