@@ -45,7 +45,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from mu.agents import split_agent
+from mu.agents import hosting, split_agent
+from mu.agents.hosting import Host
 from mu.deadline import Deadline
 from mu.effects import engine
 from mu.effects.engine import Resolver
@@ -58,10 +59,9 @@ from mu.runtime.client import PluginClient
 from mu.seams import channel as channel_seam
 from mu.seams import delivery as seam
 from mu.seams.delivery import Request
-from mu.store import agents, db, deliveries, hosts, intents, jobs, locks
+from mu.store import agents, db, deliveries, intents, jobs, locks
 from mu.store.agents import Agent
 from mu.store.deliveries import Delivery
-from mu.store.hosts import ProviderHost
 from mu.store.intents import IntentRecord
 from mu.store.jobs import Job
 from mu.store.journal import journal
@@ -88,7 +88,7 @@ class Delivered(NamedTuple):
 class _Target(NamedTuple):
     agent: Agent
     job: Job
-    host: ProviderHost
+    host: Host  # a provider host or a --plugin profile (mu.agents.hosting)
     seam: Dict[str, Any]  # the channel seam's declaration: {name, caps}
 
 
@@ -131,11 +131,12 @@ def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target
     if job.state == "stopped":
         raise Refused(f"agent {agent_name}'s job is stopped: it takes no delivery",
                       f"`mu agent close {agent_name}` finishes it")
-    host = hosts.find(agent.host, conn)
-    if not isinstance(host, ProviderHost):
-        raise Refused(f"agent {agent_name}'s host {agent.host!r} is not recorded as a provider host")
-    if host.state == "lost":
-        # protocol "The channel": a job on a lost host takes no delivery
+    host = hosting.of(agent, job, conn)
+    if host is None:
+        raise Refused(f"agent {agent_name}'s host {job.host or agent.host!r} is not recorded: it takes no delivery")
+    if hosting.is_lost(host):
+        # protocol "The channel": a job on a lost host takes no delivery (a
+        # profile is never lost: "Host facts in mu's reads")
         raise Refused(f"agent {agent_name}'s host {host.name} is lost: its job takes no delivery",
                       f"`mu agent close {agent_name}` forgets it")
     declared = seam.declaration(agent.plugin)
@@ -352,8 +353,9 @@ def check(agent_name: str, msg_id: str) -> Delivered:
                                  "nothing mu can ask would resolve it: look at the agent (`mu agent read`)",
                                  key=msg_id)
         agent = agents.find(workstream, name)
-        host = hosts.find(agent.host) if agent is not None else None
-        if isinstance(host, ProviderHost) and host.state == "lost":
+        job = jobs.find(agent.job) if agent is not None else None
+        host = hosting.of(agent, job) if agent is not None else None
+        if hosting.is_lost(host):
             # protocol "The channel": a job on a lost host takes no delivery, a resend included
             raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: its host {host.name} is lost,"
                                  " so nothing is asked or resent", f"`mu agent close {agent_name}` forgets it",

@@ -7,7 +7,9 @@ job's `job.status` for every reading, and an `ended` or `lost` job reads
 `dead` whatever turn state the channel reports; `unknown` (the plugin's
 own answer, or no answer at all) is never a death.  A host recorded
 `lost` is a proof its jobs are gone (protocol "The host"), so its agents
-read `dead` without a call.
+read `dead` without a call; a `--plugin` profile is never lost (its host
+facts are none: `mu.agents.hosting`), so its agents' liveness is their
+job's alone.
 
 The turn is `channel.readStates` for this one agent, and the last text
 is the last settled turn's, from `channel.lastRun`.  A channel that gives
@@ -22,14 +24,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from mu.agents import jobseam
+from mu.agents import hosting, jobseam
+from mu.agents.hosting import Host
 from mu.errors import MuError
 from mu.runtime.client import PluginClient
 from mu.seams import channel
 from mu.seams.channel import Reading
-from mu.store import hosts, jobs, plugins
+from mu.store import jobs, plugins
 from mu.store.agents import Agent
-from mu.store.hosts import ProviderHost
 from mu.store.jobs import Job
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
@@ -79,7 +81,7 @@ class AgentReading(NamedTuple):
 
     agent: Agent
     job: Optional[Job]
-    host: Optional[ProviderHost]
+    host: Optional[Host]  # a provider host or a --plugin profile; None when not recorded
     liveness: str
     job_status: Dict[str, Any]
     turn: Reading
@@ -95,19 +97,15 @@ class AgentReading(NamedTuple):
         return (self.last or {}).get("lastText")
 
 
-def provider_host(name: str) -> Optional[ProviderHost]:
-    host = hosts.find(name)
-    return host if isinstance(host, ProviderHost) else None
-
-
-def job_status(clients: Clients, host: Optional[ProviderHost], job: Optional[Job]) -> Dict[str, Any]:
+def job_status(clients: Clients, host: Optional[Host], job: Optional[Job]) -> Dict[str, Any]:
     """The job's `job.status`, or why it could not be asked (`unknown`)."""
     if job is None:
         return {"state": "unknown", "reason": "mu has no job record for it"}
     if host is None:
-        return {"state": "unknown", "reason": "its host is not recorded as a provider host"}
-    if host.state == "lost":
-        # protocol "The host": gone is a proof that its jobs are gone too
+        return {"state": "unknown", "reason": "its host is not recorded"}
+    if hosting.is_lost(host):
+        # protocol "The host": gone is a proof that its jobs are gone too (a
+        # profile is never lost: its jobs' liveness is their job.status)
         return {"state": "lost", "reason": f"host {host.name} is lost"}
     if job.state == "stopped":
         # the record stays after a proven stop (its view died, its host was
@@ -124,7 +122,7 @@ def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentRead
     `last_text`) its last settled turn.  Never raises for a plugin that
     cannot answer: what could not be read is `unknown` with the reason."""
     job = jobs.find(agent.job)
-    host = provider_host(job.host if job is not None and job.host else agent.host)
+    host = hosting.of(agent, job)
     status = job_status(clients, host, job)
     last = None
     seam = channel_seam(agent.plugin)
@@ -133,7 +131,7 @@ def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentRead
         turn = channel.unknown(f"plugin {agent.plugin} declares no channel")
     elif job is None or host is None:
         turn = channel.unknown(status.get("reason", "no job"))
-    elif host.state == "lost":
+    elif hosting.is_lost(host):
         turn = channel.unknown(f"host {host.name} is lost")
     else:
         client = clients.get(job.plugin)

@@ -31,9 +31,12 @@ Notices (`kind`, what, the command):
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
 
 from mu import environment
+from mu.agents import hosting
+from mu.agents.hosting import Host
 from mu.store import agents, db, hosts, intents
 from mu.store.agents import Glance
 from mu.store.hosts import ProviderHost
@@ -64,10 +67,12 @@ class AgentState(NamedTuple):
     owes_collect: bool
 
     def as_json(self) -> Dict[str, Any]:
-        return {"agent": self.agent, "host": self.host, "plugin": self.plugin, "job": self.job,
-                "jobState": self.job_state, "liveness": self.liveness, "turn": self.turn, "runs": self.runs,
-                "incarnation": self.incarnation, "reason": self.reason, "paneAlive": self.pane_alive,
-                "owesCollect": self.owes_collect}
+        return dict(zip(AGENT_JSON_KEYS, self))
+
+
+# The `--json` names of AgentState's fields, in their order.
+AGENT_JSON_KEYS = ("agent", "host", "plugin", "job", "jobState", "liveness", "turn", "runs", "incarnation", "reason",
+                   "paneAlive", "owesCollect")
 
 
 class HostState(NamedTuple):
@@ -100,7 +105,9 @@ class Snapshot(NamedTuple):
     asked: bool
 
     def as_json(self) -> Dict[str, Any]:
-        return {"agents": [a.as_json() for a in self.agents], "hosts": [h.as_json() for h in self.hosts],
+        # dict(zip(keys, row)) by map: no Python frame per agent
+        return {"agents": list(map(dict, map(partial(zip, AGENT_JSON_KEYS), self.agents))),
+                "hosts": [h.as_json() for h in self.hosts],
                 "notices": [n.as_json() for n in self.notices], "asked": self.asked}
 
 
@@ -139,7 +146,6 @@ def state() -> Snapshot:
     now_ms = int(time.time() * 1000)
     by_host = {h.name: h for h in records.hosts}
     ask = len(records.agents) <= ASK_MAX
-    shown: List[AgentState] = []
     notices: List[Notice] = []
     clients = None
     if ask and records.agents:
@@ -147,25 +153,33 @@ def state() -> Snapshot:
 
         clients = readings.Clients()
     try:
-        providers = {name: h for name, h in by_host.items() if isinstance(h, ProviderHost)}
-        # a host inside its margin: each of its agents gets a notice
-        draining = {name for name, h in providers.items()
-                    if h.deadline_at is not None and h.state == "ready" and now_ms >= h.deadline_at - margin_ms}
-        quiet = {name for name, h in providers.items() if name not in draining and h.state != "lost"}
-        for row in records.agents:
-            if clients is None and row.job_state == "started" and (row.job_host or row.host) in quiet:
-                # the common row of a glance at thousands: nothing proven, no notice due
-                inc = row.incarnation
-                shown.append(_make_state((f"{row.workstream}/{row.name}", row.host, row.plugin, row.job, "started",
-                                          UNKNOWN, "unknown", None, int(inc) if inc and inc.isdigit() else None,
-                                          "not asked", None, bool(row.owes_collect))))
-                continue
-            provider = providers.get(row.job_host or row.host)
-            one = _asked(row, clients) if clients is not None else _from_records(row, provider)
-            shown.append(one)
-            if one.liveness == DEAD or row.job_state in (None, "stopped") or provider is not None \
-                    and provider.name in draining:
-                notices += _agent_notices(one, row, provider, margin_ms, now_ms)
+        # a host inside its margin: each of its agents gets a notice (a
+        # provider host's only: a profile has no deadline, mu.agents.hosting)
+        draining = {name for name, h in by_host.items() if hosting.draining(h, margin_ms, now_ms)}
+        # the hosts whose started jobs' agents are the common row of a glance
+        # at thousands: nothing proven, no notice due (none when asking); a
+        # profile is one, never lost and never draining
+        quiet = set() if clients is not None else \
+            {name for name, h in by_host.items() if name not in draining and not hosting.is_lost(h)}
+
+        def other(row: Glance) -> AgentState:
+            host = by_host.get(row.job_host or row.host)
+            one = _asked(row, clients) if clients is not None else _from_records(row, host)
+            if one.liveness == DEAD or row.job_state in (None, "stopped") or host is not None \
+                    and host.name in draining:
+                notices.extend(_agent_notices(one, row, host, margin_ms, now_ms))
+            return one
+
+        # one comprehension, the common row built by tuple.__new__: over
+        # thousands of rows a Python frame per row is most of the cost
+        # (fields: workstream, name, host, plugin, job, incarnation, pane,
+        # job_state, owes_collect, job_host, ended)
+        shown = [
+            _make_state((row[0] + "/" + row[1], row[2], row[3], row[4], "started", UNKNOWN, "unknown", None,
+                         int(row[5]) if row[5] and row[5].isdigit() else None, "not asked", None, bool(row[8])))
+            if row[7] == "started" and (row[9] or row[2]) in quiet else other(row)
+            for row in records.agents
+        ]
     finally:
         if clients is not None:
             clients.stop("mu state is done")
@@ -200,14 +214,14 @@ def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
                       seen.turn.runs, seen.turn.incarnation, reason, _pane_alive(row.pane), bool(row.owes_collect))
 
 
-def _from_records(row: Glance, host: Optional[ProviderHost]) -> AgentState:
+def _from_records(row: Glance, host: Optional[Host]) -> AgentState:
     """One agent from its records only: what they prove, and nothing more.
     (Thousands of these make a glance: no call here that is not needed.)"""
     workstream, name, host_name, plugin, job, incarnation, _, job_state, owes, _, ended = row
     liveness, reason = UNKNOWN, "not asked"
     if job_state is None:
         reason = "mu has no job record for it"
-    elif host is not None and host.state == "lost":
+    elif hosting.is_lost(host):
         liveness, reason = DEAD, f"host {host.name} is lost"
     elif job_state == "stopped":
         liveness, reason = DEAD, ended or "mu stopped it"
@@ -216,7 +230,7 @@ def _from_records(row: Glance, host: Optional[ProviderHost]) -> AgentState:
                         reason, None, bool(owes)))
 
 
-_make_state = AgentState._make
+_make_state = partial(tuple.__new__, AgentState)  # AgentState from a whole tuple, no frame
 
 
 def _int_or_none(value: Any) -> Optional[int]:
@@ -238,12 +252,11 @@ def _pane_alive(pane: Optional[str]) -> Optional[bool]:
         return None
 
 
-def _agent_notices(one: AgentState, row: Glance, host: Optional[ProviderHost], margin_ms: int,
+def _agent_notices(one: AgentState, row: Glance, host: Optional[Host], margin_ms: int,
                    now_ms: int) -> List[Notice]:
     name = row.agent
     found: List[Notice] = []
-    if host is not None and host.deadline_at is not None and host.state == "ready" \
-            and now_ms >= host.deadline_at - margin_ms:
+    if hosting.draining(host, margin_ms, now_ms):
         found.append(Notice("deadline", name, f"host {host.name} reaches its deadline in"
                             f" {max(0, host.deadline_at - now_ms) // 1000} s: collect {name} and close it",
                             f"mu collect {name}; mu agent close {name}"))

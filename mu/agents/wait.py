@@ -8,13 +8,14 @@ channel), `restarted` (its channel restarted: the new incarnation) and
 `deadline` (a host of the agents watched reached its deadline margin: the
 urgent event, exit 7).
 
-The cursor.  `after` when given, else the runs of the baseline of the
-agent's last accepted delivery, else its current runs (`channel.baseline`,
-else its reading).  A watch asks for a turn *past* the cursor, and the
-plugin answers at once when one already settled (protocol "The channel"),
-so a turn that settled between `mu send` and `mu wait`, or while the watch
-was being set up, is seen, and seen once: a script that loops `mu wait
---after N`, with N the runs of the turn it last saw, sees every turn once.
+The cursor.  `after` when given, else the baseline of the agent's last
+accepted delivery (its runs, and the incarnation they were counted in),
+else its current runs (`channel.baseline`, else its reading).  A watch
+asks for a turn *past* the cursor, and the plugin answers at once when one
+already settled (protocol "The channel"), so a turn that settled between
+`mu send` and `mu wait`, or while the watch was being set up, is seen, and
+seen once: a script that loops `mu wait --after N`, with N the runs of the
+turn it last saw, sees every turn once.
 
 How it watches.  One plugin process per plugin for every agent (their
 `Clients`).  A channel that declares `watch: "stream"` gets one
@@ -50,7 +51,8 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import environment
-from mu.agents import readings, split_agent
+from mu.agents import hosting, readings, split_agent
+from mu.agents.hosting import Host
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import (
     EXIT_DEADLINE,
@@ -65,9 +67,8 @@ from mu.errors import (
 )
 from mu.runtime.watches import Watch, wait_any
 from mu.seams import channel
-from mu.store import agents, db, deadlines
+from mu.store import agents, db, deadlines, deliveries
 from mu.store.agents import Agent
-from mu.store.hosts import ProviderHost
 from mu.store.jobs import Job
 from mu.store.journal import journal
 
@@ -112,7 +113,7 @@ class Collected(NamedTuple):
 class Watched:
     """One agent under watch: its records, its cursor and how it is watched."""
 
-    def __init__(self, agent: Agent, job: Optional[Job], host: Optional[ProviderHost]) -> None:
+    def __init__(self, agent: Agent, job: Optional[Job], host: Optional[Host]) -> None:
         self.agent = agent
         self.job = job
         self.host = host
@@ -184,7 +185,7 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
     watched = [Watched(a, *_records(a)) for a in picked]
     for w in watched:
         if w.job is not None and w.host is None:
-            raise Refused(f"agent {w.name}'s host {w.agent.host} is not recorded as a provider host",
+            raise Refused(f"agent {w.name}'s host {w.job.host or w.agent.host} is not recorded",
                           "`mu state` shows the agents and hosts mu knows")
     early = _deadline_event(watched, margin_ms)
     if early is not None:
@@ -215,7 +216,7 @@ def _records(agent: Agent):
     from mu.store import jobs
 
     job = jobs.find(agent.job)
-    host = readings.provider_host(job.host if job is not None and job.host else agent.host)
+    host = hosting.of(agent, job)  # a provider host or a --plugin profile
     return job, host
 
 
@@ -226,9 +227,11 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None
         w.cursor = after
         return
     with db.reading() as conn:
-        last = _last_baseline(conn, w.agent)
+        last = deliveries.last_baseline(conn, w.agent.workstream, w.agent.name)
     if last is not None:
-        w.cursor = last
+        # the incarnation the baseline was counted in: a channel restarted
+        # since that delivery (a `fresh`) is `restarted`, not a turn to wait for
+        w.cursor, w.inc = last.runs, last.incarnation
         return
     assert w.job is not None and w.host is not None
     client = clients.get(w.job.plugin)
@@ -243,14 +246,6 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None
     if reading.runs is not None:
         w.cursor, w.inc = reading.runs, reading.incarnation
     # else: no cursor mu can name; the watch's reply names the plugin's
-
-
-def _last_baseline(conn, agent: Agent) -> Optional[int]:
-    try:
-        from mu.store import deliveries
-    except ImportError:  # pragma: no cover - a build without deliveries
-        return None
-    return deliveries.last_baseline(conn, agent.workstream, agent.name)
 
 
 def _start(w: Watched, after: Optional[int], clients: readings.Clients) -> Optional[Event]:
@@ -358,7 +353,7 @@ def _hosts_with_deadlines(watched: List[Watched]) -> Dict[str, Watched]:
     """Each host with a `deadlineAt`, and the first of its agents."""
     first: Dict[str, Watched] = {}
     for w in watched:
-        if w.host is not None and w.host.deadline_at is not None and w.host.state not in ("lost", "released"):
+        if hosting.deadline_at(w.host) is not None:  # a provider host's only: a profile has no deadline
             first.setdefault(w.host.name, w)
     return first
 
@@ -403,7 +398,7 @@ def collect_due(event: Event, picked: List[Agent]) -> bool:
     if agent is None:
         return False
     _, host = _records(agent)
-    return host is not None and (host.deadline_at is not None or host.idle_reclaim_ms is not None)
+    return hosting.reclaims(host)
 
 
 def collect_after(event: Event, picked: List[Agent]) -> Collected:
