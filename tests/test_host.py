@@ -175,21 +175,25 @@ def test_eight_execs_on_two_slots_never_run_more_than_two(local, tmp_path):
     assert run_mu("host", "acquire", "box", "--provider", "local", "--param", "max_jobs=2").returncode == 0
     gauge = tmp_path / "gauge"
     gauge.mkdir()
+    # Each script counts the scripts running when it starts, once a second
+    # one runs beside it (or 5 s passed), and before it ends.  Waiting for a
+    # partner makes the overlap certain on a loaded machine, where scripts
+    # that merely sleep may start too far apart ever to meet.
+    count = "$(ls | grep -c '^run\\.')"
     script = (
-        f"cd {gauge} && touch run.$$ && n=$(ls | grep -c '^run\\.') && echo $n >> peaks"
-        " && sleep 0.3 && rm run.$$"
+        f"cd {gauge} && touch run.$$ && echo {count} >> peaks && i=0"
+        f" && while [ {count} -lt 2 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done"
+        f" && echo {count} >> peaks && sleep 0.2 && echo {count} >> peaks && rm run.$$"
     )
     procs = [
         subprocess.Popen([sys.executable, str(MU), "host", "exec", "box", "--", script],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(8)
     ]
-    codes = [p.wait(timeout=60) for p in procs]
-    for p in procs:
-        p.communicate()
-    assert codes == [0] * 8
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outs]
     peaks = [int(x) for x in (gauge / "peaks").read_text().split()]
-    assert len(peaks) == 8 and max(peaks) <= 2
+    assert len(peaks) == 3 * 8 and max(peaks) <= 2, peaks
     assert max(peaks) == 2  # they did overlap: the slots, not luck, kept it at two
     run_mu("host", "release", "box")
 
@@ -404,6 +408,54 @@ def test_check_warn_passes_and_handback_ends_the_check(provider):
     assert "fake:after" not in out.stdout and "mu:exec" not in out.stdout  # the steps after it are skipped
     human = run_mu("host", "check", "box", "--phase", "template", env={"FAKE_ON_LINK_CHECKSTEPS": "error:human"})
     assert human.returncode == 5 and "call the operator" in human.stderr
+
+
+def test_a_human_error_on_mus_own_reach_step_is_a_handback(provider):
+    # protocol "Errors": `human` is a host hand-back, from mu's own link.exec
+    # as from the plugin's checkSteps; the steps after it are not run
+    run_mu("host", "add", "box", "--plugin", "fake")
+    steps = json.dumps([{"step": "disk", "ok": True, "detail": "fine"}])
+    env = {"FAKE_ON_LINK_EXEC": "error:human", "FAKE_RESULT_LINK_CHECKSTEPS": steps}
+    out = run_mu("host", "check", "box", env=env)
+    assert out.returncode == 5, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-1].split() == ["HANDBACK", "reach", "handback", "call", "the", "operator"], out.stdout
+    assert [line.split()[:3] for line in lines[:-1]] == [["skip", "template", "mu:fetch-template"],
+                                                       ["ok", "template", "fake:disk"]]
+    assert "handed back to a person" in out.stderr and "call the operator" in out.stderr
+    assert "Traceback" not in out.stderr
+    doc = json.loads(run_mu("host", "check", "box", "--json", env=env).stdout)
+    assert doc["handback"] == "call the operator" and doc["ok"] is False
+    assert doc["steps"][-1] == {"phase": "reach", "step": "handback", "result": "handback",
+                                "detail": "call the operator"}
+    assert [s["step"] for s in doc["steps"] if s["phase"] == "reach"] == ["handback"]  # the plugin's reach steps skipped
+
+
+def test_a_handback_remedy_prints_on_one_line(provider):
+    run_mu("host", "add", "box", "--plugin", "fake")
+    back = json.dumps([{"step": "handback", "ok": False, "detail": "open\nthe   console"}])
+    out = run_mu("host", "check", "box", "--phase", "template", env={"FAKE_RESULT_LINK_CHECKSTEPS": back})
+    assert out.returncode == 5
+    assert out.stdout.splitlines()[-1].split(None, 3)[3] == "open the console"
+    assert out.stderr.splitlines() == ["mu: host box is handed back to a person", "(open the console)"]
+
+
+def test_host_check_through_the_api_is_the_json_document(provider, monkeypatch):
+    from mu import api
+    from mu.errors import UsageError
+
+    run_mu("host", "add", "box", "--plugin", "fake")
+    steps = json.dumps([{"step": "disk", "ok": False, "detail": "full"}])
+    monkeypatch.setenv("FAKE_RESULT_LINK_CHECKSTEPS", steps)  # the fake the API starts reads it
+    checked = api.host_check("box", ["reach"])
+    cli = run_mu("host", "check", "box", "--phase", "reach", "--json", env={"FAKE_RESULT_LINK_CHECKSTEPS": steps})
+    assert cli.returncode == 1 and checked.exit_code == 1
+    assert checked.as_json() == json.loads(cli.stdout)
+    # the fake's link.exec answers with the script itself, not its output: mu's reach step fails too
+    assert [(s.step, s.result) for s in checked.steps] == [("mu:exec", "fail"), ("fake:disk", "fail")]
+    assert checked.handback is None and checked.ok is False
+    with pytest.raises(UsageError):
+        api.host_check("box", ["nope"])
 
 
 def link_seams(**overrides):

@@ -98,3 +98,37 @@ def test_the_protocols_numbers_are_written_once():
 def test_the_checks_read_what_they_claim():
     # a guard on the guard: the walk sees a lazy import inside a function
     assert "mu.store.journal" in imported(PACKAGE / "cli" / "main.py")
+
+
+def _messages(path: Path) -> Iterator[str]:
+    """The string literals of `path` that are not docstrings: messages,
+    hints, SQL."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+@pytest.mark.parametrize("module", ["hosts.py"])  # store/plugins.py's refusals still name their verbs
+def test_the_store_names_no_verb_in_its_messages(module):
+    # LAYOUT rule 3: which verb resolves what is the seams' to say; the
+    # store holds rows, SQL and transactions
+    path = PACKAGE / "store" / module
+    verbs = [text for text in _messages(path) if "`mu " in text]
+    assert verbs == [], f"{path.relative_to(ROOT)} names a verb: {verbs[0]!r}"
+
+
+def test_the_host_checks_live_in_the_seams():
+    # LAYOUT rule 3: `mu host check` parses, makes one call and prints; the
+    # phases, the steps and the hand-back are mu.seams.checks'
+    cli = PACKAGE / "cli" / "host.py"
+    calls = {n.func.attr for n in ast.walk(ast.parse(cli.read_text())) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute)}
+    assert "check_steps" not in calls and "host_check" in calls
+    assert "mu.seams.link" in imported(PACKAGE / "seams" / "checks.py")

@@ -30,25 +30,21 @@ Options:
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from mu import environment
 from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
-from mu.errors import EXIT_CALL_FAILED, EXIT_TIMED_OUT, Human, LoadRuleError, UsageError
+from mu.errors import EXIT_TIMED_OUT, UsageError
 from mu.store import hosts, plugins
-from mu.store.hosts import Profile, ProviderHost
+from mu.store.hosts import ProviderHost
 
 # The seams (and through them the runtime and the effects engine) are
 # imported by the verbs that call a plugin, when they first do: `mu host
 # list` reads records and calls none.
 host_seam = Lazy("mu.seams.host")
-journal = Lazy("mu.store.journal", "journal")
 Link = Lazy("mu.seams.link", "Link")
-check_template = Lazy("mu.seams.link", "check_template")
-
-PHASES = ("template", "reach", "agent")
 
 
 VERBS = ("add", "acquire", "status", "release", "list", "rm", "settle", "check", "exec")
@@ -81,33 +77,17 @@ def _positive(value: Optional[str], option: str) -> Optional[int]:
 
 def verb_add(args: Dict[str, Any]) -> int:
     name, plugin = args["<name>"], args["--plugin"]
-    hosts.check_name(name)
+    hosts.check_name(name)  # a bad name is told before a bad number, as the command line reads them
     max_sessions = _positive(args["--max-sessions"], "--max-sessions")
-    record = plugins.get(plugin)
-    link = record.seams.get("link")
-    if link is None:
-        # protocol "Load rules": a seam the registration or a host needs is missing
-        raise LoadRuleError(f"plugin {plugin!r} declares no link seam: it cannot reach a host", "`mu plugin show` lists its seams")
-    template = args["--fetch"]
-    if not link.get("fetch") and not template:
-        raise UsageError(f"plugin {plugin!r} declares fetch: false, so host {name} needs a --fetch template")
-    if template:
-        problem = check_template(template)
-        if problem:
-            raise UsageError(f"--fetch template is not usable: {problem}")
-    # protocol "Handshake": the profile's identity is plugin:<name>:<instance>,
-    # the instance its registration answered as
-    hosts.add_profile(name, plugin, template, args["--repo"], max_sessions, record.handshake.get("instance"))
-    journal().record(f"host add {name} --plugin {plugin}", plugin=plugin)
+    host_seam.add_profile(name, plugin, args["--fetch"], args["--repo"], max_sessions)
     emit(f"added host {name}: plugin {plugin}'s link")
-    if "job" not in record.seams:
+    if "job" not in plugins.get(plugin).seams:
         emit(f"note: plugin {plugin} declares no job seam, so no agent can spawn on host {name}")
     return 0
 
 
 def verb_rm(args: Dict[str, Any]) -> int:
     removed = host_seam.remove(args["<name>"])
-    journal().record(f"host rm {removed.name}", plugin=removed.plugin)
     emit(f"removed host {removed.name}")
     return 0
 
@@ -151,10 +131,10 @@ def verb_status(args: Dict[str, Any]) -> int:
     outcome = host_seam.status(args["<name>"])
     host = outcome.host
     if args["--json"]:
-        emit_json(dict(host.as_json(), status=outcome.state, detail=outcome.detail))
+        emit_json(dict(host_seam.host_json(host), status=outcome.state, detail=outcome.detail))
         return 0
     emit(f"{host.name}: {outcome.state} ({host.identity}){': ' + outcome.detail if outcome.detail else ''}")
-    emit(f"  handle: {host.handle}   state: {host.shown_state()}{_deadline_text(host)}")
+    emit(f"  handle: {host.handle}   state: {host_seam.shown_state(host)}{_deadline_text(host)}")
     for fact, value in sorted(host.facts.items()):
         emit(f"  {fact}: {value}")
     return 0
@@ -173,8 +153,11 @@ def _deadline_text(host: ProviderHost) -> str:
 
 def verb_list(args: Dict[str, Any]) -> int:
     found = hosts.all_hosts()
+    # The knob, read as the command line reads its options: the host seam
+    # (which reads it for the verbs that call a plugin) is not loaded here.
+    margin_ms = environment.host_deadline_margin_ms()
     if args["--json"]:
-        emit_json({"hosts": [h.as_json() for h in found]})
+        emit_json({"hosts": [h.as_json(margin_ms) for h in found]})
         return 0
     if not found:
         emit("no hosts (`mu host acquire` or `mu host add` makes one)")
@@ -183,7 +166,7 @@ def verb_list(args: Dict[str, Any]) -> int:
     for h in found:
         if isinstance(h, ProviderHost):
             deadline = iso_ms(h.deadline_at) if h.deadline_at is not None else "-"
-            rows.append([h.name, "provider", h.plugin, h.shown_state(), deadline])
+            rows.append([h.name, "provider", h.plugin, h.shown_state(margin_ms=margin_ms), deadline])
         else:
             rows.append([h.name, "profile", h.plugin, "-", "-"])
     table(rows, ["NAME", "KIND", "PLUGIN", "STATE", "DEADLINE"])
@@ -212,67 +195,16 @@ def verb_exec(args: Dict[str, Any]) -> int:
 
 
 def verb_check(args: Dict[str, Any]) -> int:
+    from mu import api  # the seams and the runtime: only the verbs that call a plugin need them
+
     name = args["<name>"]
-    phases: List[str] = args["--phase"] or list(PHASES)
-    for phase in phases:
-        if phase not in PHASES:
-            raise UsageError(f"--phase {phase!r} is not one of {', '.join(PHASES)}")
-    link = Link.named(name)
-    host = link.host
-    steps: List[Dict[str, Any]] = []
-    handback: Optional[str] = None
-    for phase in phases:
-        if handback is not None:
-            break
-        if phase == "template":
-            steps.append(_template_step(host))
-        elif phase == "reach":
-            steps.append(_reach_step(link))
-        if phase in link.declared.get("checks", []):
-            try:
-                for item in link.check_steps(phase):
-                    if item["step"] == "handback":
-                        handback = item.get("detail") or "the plugin hands the host back to a person"
-                        steps.append({"phase": phase, "step": "handback", "result": "handback", "detail": handback})
-                        break
-                    steps.append({"phase": phase, "step": f"{host.plugin}:{item['step']}",
-                                  "result": _result_word(item["ok"]), "detail": item.get("detail", "")})
-            except Human as e:
-                handback = e.remedy or e.message
-                steps.append({"phase": phase, "step": "handback", "result": "handback", "detail": handback})
-    failed = any(s["result"] == "fail" for s in steps)
+    checked = api.host_check(name, args["--phase"])
     if args["--json"]:
-        emit_json({"host": name, "steps": steps, "handback": handback, "ok": not failed and handback is None})
+        emit_json(checked.as_json())
     else:
-        for s in steps:
-            word = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "skip", "handback": "HANDBACK"}[s["result"]]
-            emit(f"{word:<8} {s['phase']:<8} {s['step']}  {s['detail']}".rstrip())
-    if handback is not None:
-        error(f"host {name} is handed back to a person", handback)
-        return EXIT_CALL_FAILED
-    return 1 if failed else 0
-
-
-def _result_word(ok: Any) -> str:
-    if ok is True:
-        return "ok"
-    if ok is False:
-        return "fail"
-    if ok == "warn":
-        return "warn"
-    return "skip"
-
-
-def _template_step(host: Any) -> Dict[str, Any]:
-    if isinstance(host, Profile) and host.fetch:
-        problem = check_template(host.fetch)
-        return {"phase": "template", "step": "mu:fetch-template", "result": "fail" if problem else "ok",
-                "detail": problem or host.fetch}
-    return {"phase": "template", "step": "mu:fetch-template", "result": "skip", "detail": "the link fetches by itself"}
-
-
-def _reach_step(link: Link) -> Dict[str, Any]:
-    run = link.exec("echo mu-reach", timeout_ms=10_000)
-    ok = run.exit_code == 0 and run.stdout.strip() == "mu-reach"
-    detail = "a script ran and answered" if ok else f"exit {run.exit_code}: {run.stderr.strip()[:200]}"
-    return {"phase": "reach", "step": "mu:exec", "result": "ok" if ok else "fail", "detail": detail}
+        for s in checked.steps:
+            word = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "skip", "handback": "HANDBACK"}[s.result]
+            emit(f"{word:<8} {s.phase:<8} {s.step}  {s.detail}".rstrip())
+    if checked.handback is not None:
+        error(f"host {name} is handed back to a person", checked.handback)
+    return checked.exit_code

@@ -14,6 +14,11 @@ An intent nothing can resolve (a provider with no lookup, past its dedupe
 window), and a host under a changed instance, wait for a person:
 `settle` records what they found at the provider.  Every hint names only
 a verb that the provider's declaration lets resolve the intent.
+
+The policy over the records (`mu.store.hosts`, rows and SQL only) is here:
+whether a name is free for `add` or `acquire`, what may be forgotten, the
+words and remedies of each refusal, and the deadline margin inside which a
+ready host reads `draining`.
 """
 
 from __future__ import annotations
@@ -21,17 +26,107 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from mu import environment
 from mu.effects import engine
 from mu.effects.engine import Remedy, Resolver
 from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
-from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused
+from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused, UsageError
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
 from mu.store import db, hosts, intents, jobs, locks, plugins
-from mu.store.hosts import Host, ProviderHost
+from mu.store.hosts import Host, Profile, ProviderHost
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal
+
+# -- the policy over host records ---------------------------------------------------
+
+
+def margin_ms() -> int:
+    """The deadline margin (`MU_HOST_DEADLINE_MARGIN_MS`): inside it a ready
+    host reads `draining`, takes no new agent, and its agents are told."""
+    return environment.host_deadline_margin_ms()
+
+
+def shown_state(host: ProviderHost, at_ms: Optional[int] = None) -> str:
+    """`host`'s state as reads show it: `ready` inside the margin reads
+    `draining` (protocol "Host facts in mu's reads")."""
+    return host.shown_state(at_ms, margin_ms())
+
+
+def host_json(host: Host) -> Dict[str, Any]:
+    """`host`'s record as `mu host list --json` shows it."""
+    return host.as_json(margin_ms())
+
+
+def settle_hint(name: str, key: str) -> str:
+    """The remedy for a host only a person can settle."""
+    return (f"check at the provider whether it holds the host, then run `mu host settle {name} --key {key}"
+            f" --exists` or `... --absent`")
+
+
+def in_use(host: ProviderHost) -> Refused:
+    """The refusal for a name whose provider host is neither released nor
+    lost, with the remedy its state allows."""
+    if host.state == "needs-human":
+        return Refused(f"host {host.name!r} needs a person: {host.reason or 'mu cannot tell what the provider holds'}",
+                       settle_hint(host.name, host.key))
+    return Refused(f"host {host.name!r} is already {shown_state(host)}", "pick another name, or release it first")
+
+
+def get(name: str) -> Host:
+    """Host `name`'s record; `NotFound` (exit 2) when mu has none."""
+    host = hosts.find(name)
+    if host is None:
+        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+    return host
+
+
+def check_free(conn: sqlite3.Connection, name: str, for_profile: bool) -> None:
+    """Refuse (exit 2, with the remedy) a name that is not free, read in the
+    caller's transaction: a profile's, or a provider host's that is neither
+    released nor lost.  A settled record of the name is replaced by the
+    insert that follows."""
+    existing = hosts.find(name, conn)
+    if isinstance(existing, Profile):
+        if for_profile:
+            raise Refused(f"host {name!r} is already a profile (of plugin {existing.plugin!r})",
+                          f"run `mu host rm {name}` first")
+        raise Refused(f"host {name!r} is a plugin profile", "pick another name")
+    if isinstance(existing, ProviderHost) and existing.state not in hosts.SETTLED:
+        if for_profile and existing.state != "needs-human":
+            raise Refused(f"host {name!r} is a provider host", "pick another name")
+        raise in_use(existing)
+
+
+def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str],
+                max_sessions: Optional[int]) -> Profile:
+    """Record a profile: host `name`, reached through `plugin`'s link.
+    `LoadRuleError` (exit 4) for a plugin with no link seam; `UsageError`
+    (exit 2) for a link that declares `fetch: false` without a usable
+    `fetch` template; `Refused` (exit 2) for a name that is not free."""
+    hosts.check_name(name)
+    record = plugins.get(plugin)
+    link = record.seams.get("link")
+    if link is None:
+        # protocol "Load rules": a seam the registration or a host needs is missing
+        raise LoadRuleError(f"plugin {plugin!r} declares no link seam: it cannot reach a host",
+                            "`mu plugin show` lists its seams")
+    if not link.get("fetch") and not fetch:
+        raise UsageError(f"plugin {plugin!r} declares fetch: false, so host {name} needs a --fetch template")
+    if fetch:
+        from mu.seams.link import check_template  # the link imports this module
+
+        problem = check_template(fetch)
+        if problem:
+            raise UsageError(f"--fetch template is not usable: {problem}")
+    with db.transaction() as conn:
+        check_free(conn, name, for_profile=True)
+        # protocol "Handshake": the profile's identity is plugin:<name>:<instance>,
+        # the instance its registration answered as
+        added = hosts.insert_profile(conn, name, plugin, fetch, repo, max_sessions, record.handshake.get("instance"))
+    journal().record(f"host add {name} --plugin {plugin}", plugin=plugin)
+    return added
 
 
 def provider_client(plugin: str, needed=frozenset({"host"})) -> PluginClient:
@@ -56,7 +151,7 @@ def remedy(name: str, caps: Dict[str, Any]) -> Remedy:
     `mu host settle`."""
 
     def hint(intent: IntentRecord) -> str:
-        key, settle = intent.key, hosts.settle_hint(name, intent.key)
+        key, settle = intent.key, settle_hint(name, intent.key)
         verbs = f"`mu host acquire {name}` or `mu host release {name}`"
         if intent.method == "host.release":
             # protocol "Effects and replay": host.release is reissued
@@ -107,6 +202,7 @@ def acquire(name: Optional[str], provider: str, params: Dict[str, str]) -> Acqui
         call_params = {"target": {"host": {"name": name}}, "key": key, "params": params}
 
         def before(conn: sqlite3.Connection) -> None:
+            check_free(conn, name, for_profile=False)
             hosts.insert_acquiring(conn, name, provider, client.instance, key, params)
 
         engine.perform(
@@ -156,7 +252,7 @@ def resolve(client: PluginClient, name: str) -> str:
     ))
     if outcome == "stop-changed":
         host = hosts.find(name)
-        raise Refused(f"host {name} needs a person: {host.reason if host else outcome}", hosts.settle_hint(name, intent.key))
+        raise Refused(f"host {name} needs a person: {host.reason if host else outcome}", settle_hint(name, intent.key))
     return outcome
 
 
@@ -194,7 +290,7 @@ def release(name: str) -> str:
         if host.state == "lost":
             return f"not released: the host is lost ({host.reason or 'gone'})"
         if host.state == "needs-human":
-            raise hosts.in_use(host)
+            raise in_use(host)
         if host.state != "ready":
             raise Refused(f"host {name!r} is {host.state}")
         users = agents_on(name)
@@ -232,7 +328,7 @@ def status(name: str) -> StatusOutcome:
         return StatusOutcome(host, host.state, host.reason or "")
     if host.state == "needs-human":
         raise Human(f"host {name} needs a person: {host.reason or 'mu cannot tell what the provider holds'}",
-                    hosts.settle_hint(name, host.key))
+                    settle_hint(name, host.key))
     pending = intents.pending(host.subject)
     if host.state == "acquiring":
         how = remedy(name, _acquire_caps(host.plugin))(pending) if pending else f"key {host.key}"
@@ -290,7 +386,7 @@ def agents_on(name: str) -> List[str]:
 def remove(name: str) -> Host:
     """Forget a profile, or a provider host that is released or lost; an
     open intent is refused with the verb that can resolve it."""
-    host = hosts.get(name)
+    host = get(name)
     pending = intents.pending(host.subject)
     if pending is not None:
         how = remedy(name, _acquire_caps(pending.plugin))(pending)
@@ -300,7 +396,22 @@ def remove(name: str) -> Host:
         # their close needs the host's record (its target, its plugin)
         raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"
                       f"{' ...' if len(users) > 10 else ''}", "close them first with `mu agent close <agent>`")
-    return hosts.remove(name)
+    with db.transaction() as conn:
+        host = hosts.find(name, conn)  # read again in the transaction that forgets it
+        if host is None:
+            raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        if hosts.has_effect(conn, host):
+            # resolved above unless another invocation opened one since: the last line of defence
+            raise Refused(f"host {name!r} has an effect whose outcome is unknown",
+                          f"`mu host status {name}` says what resolves it")
+        if isinstance(host, ProviderHost):
+            if host.state == "needs-human":
+                raise in_use(host)
+            if host.state not in hosts.SETTLED:
+                raise Refused(f"host {name!r} is {shown_state(host)}", f"run `mu host release {name}` first")
+        hosts.delete_record(conn, host)
+    journal().record(f"host rm {host.name}", plugin=host.plugin)
+    return host
 
 
 def settle(name: str, key: str, exists: bool) -> str:
@@ -321,7 +432,7 @@ def settle(name: str, key: str, exists: bool) -> str:
         elif host.state == "needs-human":
             settled, expected = "needs-human mark", host.key
         else:
-            raise Refused(f"host {name} has nothing to settle: it is {host.shown_state()} and has no open effect")
+            raise Refused(f"host {name} has nothing to settle: it is {shown_state(host)} and has no open effect")
         if key != expected:
             raise Refused(f"key {key!r} is not the key of host {name}'s {settled}",
                           "`mu host list --json` shows the key of each host")

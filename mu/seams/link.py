@@ -32,7 +32,7 @@ from mu.deadline import GRACE_S, Deadline
 from mu.errors import LoadRuleError, Permanent, Refused, UsageError
 from mu.runtime import groups
 from mu.runtime.client import PluginClient
-from mu.seams.host import require_instance
+from mu.seams.host import get, in_use, require_instance, shown_state
 from mu.store import hosts, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost
 
@@ -56,9 +56,9 @@ def _ready(host: ProviderHost) -> ProviderHost:
     if not isinstance(fresh, ProviderHost) or fresh.key != host.key:
         raise Refused(f"host {host.name!r} changed while mu waited for it", "try again")
     if fresh.state == "needs-human":
-        raise hosts.in_use(fresh)
+        raise in_use(fresh)
     if fresh.state != "ready":
-        raise Refused(f"host {host.name!r} is {fresh.shown_state()}: it takes no link call")
+        raise Refused(f"host {host.name!r} is {shown_state(fresh)}: it takes no link call")
     return fresh
 
 
@@ -80,7 +80,7 @@ class Link:
 
     @classmethod
     def named(cls, name: str) -> "Link":
-        return cls(hosts.get(name))
+        return cls(get(name))
 
     def _target(self) -> Dict[str, Any]:
         if isinstance(self.host, ProviderHost):

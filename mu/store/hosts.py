@@ -9,6 +9,10 @@ holds it, or a person said it does but mu cannot reach it: only
 is gone) or `released`.  `draining` is not stored: it is derived from
 `deadlineAt` and the margin, at the moment someone reads it.
 
+Records only: which name may be taken, and the words and remedies of a
+refusal, are the host seam's (`mu.seams.host`), as is the deadline margin;
+a function here that writes checks nothing but its own row's shape.
+
 A host row never holds the `--param` values, which may be secrets: only
 their sha256 (`params_sha256`).  While the acquire is open its intent
 record has the exact params; once it is resolved no copy is left.
@@ -21,8 +25,8 @@ import sqlite3
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
-from mu import environment, names
-from mu.errors import NotFound, Refused, UsageError
+from mu import names
+from mu.errors import UsageError
 from mu.store import db
 
 # A host's name: mu's name characters (`mu.names.check_name`) and at
@@ -40,16 +44,6 @@ def check_name(name: str) -> None:
     if len(name) > NAME_MAX:
         raise UsageError(f"host name {name[:20]!r}... is {len(name)} characters long: at most {NAME_MAX} are allowed")
     names.check_name(name, "host")  # the empty name fails here
-
-
-def settle_hint(name: str, key: str) -> str:
-    """The remedy for a host only a person can settle."""
-    return (f"check at the provider whether it holds the host, then run `mu host settle {name} --key {key}"
-            f" --exists` or `... --absent`")
-
-
-def deadline_margin_ms() -> int:
-    return environment.host_deadline_margin_ms()
 
 
 def now_ms() -> int:
@@ -80,11 +74,18 @@ class ProviderHost(NamedTuple):
     def identity(self) -> str:
         return f"plugin:{self.plugin}:{self.instance}"
 
-    def shown_state(self, at_ms: Optional[int] = None) -> str:
-        """The state as reads show it: `ready` inside the deadline margin
-        reads `draining` (protocol "Host facts in mu's reads")."""
+    def shown_state(self, at_ms: Optional[int] = None, margin_ms: Optional[int] = None) -> str:
+        """The state as reads show it: `ready` within `margin_ms` of its
+        deadline reads `draining` (protocol "Host facts in mu's reads").
+        The host seam passes its margin (`mu.seams.host.shown_state`)."""
         at_ms = now_ms() if at_ms is None else at_ms
-        if self.state == "ready" and self.deadline_at is not None and at_ms >= self.deadline_at - deadline_margin_ms():
+        if margin_ms is None:
+            # Only for the callers that do not pass the seam's margin yet
+            # (the spawn's admission and `mu state`): the same knob it reads.
+            from mu import environment
+
+            margin_ms = environment.host_deadline_margin_ms()
+        if self.state == "ready" and self.deadline_at is not None and at_ms >= self.deadline_at - margin_ms:
             return "draining"
         return self.state
 
@@ -94,7 +95,9 @@ class ProviderHost(NamedTuple):
             host["handle"] = self.handle
         return {"host": host}
 
-    def as_json(self) -> Dict[str, Any]:
+    def as_json(self, margin_ms: Optional[int] = None) -> Dict[str, Any]:
+        """The record as `mu host list --json` shows it; its `state` as
+        `shown_state` reads it with `margin_ms`."""
         return {
             "name": self.name,
             "kind": "provider",
@@ -103,7 +106,7 @@ class ProviderHost(NamedTuple):
             "instance": self.instance,
             "handle": self.handle,
             "key": self.key,
-            "state": self.shown_state(),
+            "state": self.shown_state(margin_ms=margin_ms),
             "reason": self.reason,
             "paramsSha256": self.params_sha256,
             "facts": self.facts,
@@ -138,7 +141,9 @@ class Profile(NamedTuple):
     def target(self) -> Dict[str, Any]:
         return {"host": {"name": self.name}}
 
-    def as_json(self) -> Dict[str, Any]:
+    def as_json(self, margin_ms: Optional[int] = None) -> Dict[str, Any]:
+        """The record as `mu host list --json` shows it (`margin_ms`, for a
+        call made alike on every host, is unused: a profile has no deadline)."""
         return {
             "name": self.name,
             "kind": "profile",
@@ -182,13 +187,6 @@ def find(name: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Host]
         return look(own)
 
 
-def get(name: str) -> Host:
-    host = find(name)
-    if host is None:
-        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
-    return host
-
-
 def all_hosts() -> List[Host]:
     with db.reading() as conn:
         found: List[Host] = [_provider(r) for r in conn.execute("SELECT * FROM hosts")]
@@ -199,27 +197,14 @@ def all_hosts() -> List[Host]:
 # -- provider hosts -------------------------------------------------------------
 
 
-def in_use(host: "ProviderHost") -> Refused:
-    """The refusal for a name whose provider host is neither released nor
-    lost, with the remedy its state allows."""
-    if host.state == "needs-human":
-        return Refused(f"host {host.name!r} needs a person: {host.reason or 'mu cannot tell what the provider holds'}",
-                       settle_hint(host.name, host.key))
-    return Refused(f"host {host.name!r} is already {host.shown_state()}", "pick another name, or release it first")
-
-
 def insert_acquiring(conn: sqlite3.Connection, name: str, plugin: str, instance: str, key: str, params: Dict[str, str]) -> None:
-    """Record `name` as acquiring, with the digest of `params` only."""
+    """Record `name` as acquiring, with the digest of `params` only, in
+    place of a settled (released or lost) record of the name.  The caller
+    has checked that the name is free (`mu.seams.host.check_free`): a record
+    that is not settled stays, and the insert fails on it."""
     from mu.store.intents import params_digest  # here, not at the top: `mu host list` never hashes
 
-    existing = find(name, conn)
-    if isinstance(existing, Profile):
-        raise Refused(f"host {name!r} is a plugin profile", "pick another name")
-    if isinstance(existing, ProviderHost):
-        if existing.state not in SETTLED:
-            raise in_use(existing)
-        conn.execute("DELETE FROM hosts WHERE name = ?", (name,))
-        conn.execute("DELETE FROM trees WHERE host = ?", (name,))
+    _forget_settled(conn, name)
     now = now_ms()
     conn.execute(
         "INSERT INTO hosts (name, plugin, instance, key, params_sha256, state, acquired_at, changed_at)"
@@ -234,6 +219,14 @@ def record_acquired(conn: sqlite3.Connection, name: str, result: Dict[str, Any])
         " max_jobs = ?, changed_at = ? WHERE name = ?",
         (result["handle"], result.get("deadlineAt"), result.get("idleReclaimMs"), result.get("maxJobs"), now_ms(), name),
     )
+
+
+def _forget_settled(conn: sqlite3.Connection, name: str) -> None:
+    """Delete `name`'s provider record, and its trees, if it is settled."""
+    placeholders = ", ".join("?" for _ in SETTLED)
+    gone = conn.execute(f"DELETE FROM hosts WHERE name = ? AND state IN ({placeholders})", (name, *SETTLED)).rowcount
+    if gone:
+        conn.execute("DELETE FROM trees WHERE host = ?", (name,))
 
 
 def delete(conn: sqlite3.Connection, name: str) -> None:
@@ -275,24 +268,19 @@ def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> D
 # -- profiles -------------------------------------------------------------------
 
 
-def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str], max_sessions: Optional[int],
-                instance: Optional[str] = None) -> Profile:
-    with db.transaction() as conn:
-        existing = find(name, conn)
-        if isinstance(existing, ProviderHost) and existing.state not in SETTLED:
-            if existing.state == "needs-human":
-                raise in_use(existing)
-            raise Refused(f"host {name!r} is a provider host", "pick another name")
-        if isinstance(existing, Profile):
-            raise Refused(f"host {name!r} is already a profile (of plugin {existing.plugin!r})", f"run `mu host rm {name}` first")
-        if isinstance(existing, ProviderHost):
-            delete(conn, name)
-        now = now_ms()
-        conn.execute(
-            "INSERT INTO host_profiles (name, plugin, fetch, repo, max_sessions, added_at, instance)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (name, plugin, fetch, repo, max_sessions, now, instance),
-        )
+def insert_profile(conn: sqlite3.Connection, name: str, plugin: str, fetch: Optional[str], repo: Optional[str],
+                   max_sessions: Optional[int], instance: Optional[str] = None) -> Profile:
+    """Record profile `name`, in place of a settled provider record of the
+    name.  The caller has checked that the name is free
+    (`mu.seams.host.check_free`): another profile of the name stays, and
+    the insert fails on it."""
+    _forget_settled(conn, name)
+    now = now_ms()
+    conn.execute(
+        "INSERT INTO host_profiles (name, plugin, fetch, repo, max_sessions, added_at, instance)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (name, plugin, fetch, repo, max_sessions, now, instance),
+    )
     return Profile(name, plugin, fetch, repo, max_sessions, now, instance)
 
 
@@ -302,20 +290,15 @@ def pin_profile_instance(conn: sqlite3.Connection, name: str, instance: str) -> 
     conn.execute("UPDATE host_profiles SET instance = ? WHERE name = ? AND instance IS NULL", (instance, name))
 
 
-def remove(name: str) -> Host:
-    with db.transaction() as conn:
-        host = find(name, conn)
-        if host is None:
-            raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
-        if conn.execute("SELECT 1 FROM effects WHERE subject = ?", (host.subject,)).fetchone():
-            # the seam names the verb that resolves it; this is the last line of defence
-            raise Refused(f"host {name!r} has an effect whose outcome is unknown", f"`mu host status {name}` says what resolves it")
-        if isinstance(host, Profile):
-            conn.execute("DELETE FROM host_profiles WHERE name = ?", (name,))
-        else:
-            if host.state == "needs-human":
-                raise in_use(host)
-            if host.state not in SETTLED:
-                raise Refused(f"host {name!r} is {host.shown_state()}", f"run `mu host release {name}` first")
-            delete(conn, name)
-    return host
+def has_effect(conn: sqlite3.Connection, host: Host) -> bool:
+    """Whether an effect on `host` is recorded (its outcome unknown)."""
+    return conn.execute("SELECT 1 FROM effects WHERE subject = ?", (host.subject,)).fetchone() is not None
+
+
+def delete_record(conn: sqlite3.Connection, host: Host) -> None:
+    """Forget `host`'s record: a profile's row, or a provider host's row
+    and its trees."""
+    if isinstance(host, Profile):
+        conn.execute("DELETE FROM host_profiles WHERE name = ?", (host.name,))
+    else:
+        delete(conn, host.name)
