@@ -3,7 +3,7 @@ in remote tmux, driven through its turn files over ssh.
 
 `mu agent spawn` and `mu agent close` run the agent on a `--plugin` profile
 as a user would.  The deliveries go through mu's runtime client with the
-registered argv (mu's `send` and `wait` take provider hosts only so far),
+registered argv (mu.s `send` and `wait` take profile agents too),
 and the reads through `mu plugin call`.
 """
 

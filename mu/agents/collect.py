@@ -30,13 +30,12 @@ import shlex
 from typing import Any, Dict, NamedTuple, Optional
 
 from mu import git
-from mu.agents import site, split_agent
+from mu.agents import hosting, site, split_agent
 from mu.deadline import GRACE_S, Deadline
 from mu.errors import CallError, MuError, NotFound, PluginRefused, Refused, StateError
 from mu.runtime.client import PluginClient
 from mu.seams.link import DEFAULT_TIMEOUT_MS, Link
 from mu.store import agents, db, hosts, jobs, locks, trees
-from mu.store.hosts import ProviderHost
 from mu.store.journal import journal
 from mu.store.trees import Tree
 
@@ -102,8 +101,8 @@ def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional
 
 def _host_of(tree: Tree):
     host = hosts.find(tree.host)
-    if tree.gone or host is None or (isinstance(host, ProviderHost) and host.state in ("lost", "released")):
-        why = "its host is lost" if host is not None and getattr(host, "state", "") == "lost" else "it is gone"
+    if tree.gone or host is None or hosting.is_lost(host) or hosting.is_released(host):
+        why = "its host is lost" if hosting.is_lost(host) else "it is gone"
         raise TreeGone(f"tree {tree.path} of {tree.agent} on host {tree.host} cannot be collected: {why}")
     return host
 

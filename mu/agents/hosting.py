@@ -52,6 +52,12 @@ def is_lost(host: Optional[Host]) -> bool:
     return isinstance(host, ProviderHost) and host.state == "lost"
 
 
+def is_released(host: Optional[Host]) -> bool:
+    """Whether the provider host was released: nothing of it remains to
+    reach.  A profile never is (`mu host rm` forgets it instead)."""
+    return isinstance(host, ProviderHost) and host.state == "released"
+
+
 def deadline_at(host: Optional[Host]) -> Optional[int]:
     """The host's `deadlineAt` (ms since the epoch) while it still counts:
     a provider host not lost or released.  None for a profile (protocol

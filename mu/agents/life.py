@@ -41,10 +41,11 @@ gone is reported lost and the close finishes.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Union
+from typing import Any, Dict, NamedTuple, Optional
 
 from mu import panes
-from mu.agents import collect, jobseam, readings, split_agent
+from mu.agents import collect, hosting, jobseam, readings, split_agent
+from mu.agents.hosting import Host
 from mu.agents.readings import Clients
 from mu.deadline import Deadline
 from mu.effects import engine
@@ -54,7 +55,6 @@ from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import agents, db, hosts, intents, jobs, locks, trees
 from mu.store.agents import Agent
-from mu.store.hosts import Profile, ProviderHost
 from mu.store.jobs import Job
 from mu.store.journal import journal
 
@@ -62,9 +62,6 @@ PANE_S = 20.0
 # How long a read waits for an agent's lock before it leaves the reconcile
 # to the next read: a close or a spawn of the agent is under way.
 RECONCILE_LOCK_S = 0.5
-
-Host = Union[ProviderHost, Profile]
-
 
 class Seen(NamedTuple):
     """One agent as a read sees it."""
@@ -130,22 +127,8 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
     seen = Seen(agent, job, liveness, ref, alive, attach, open_intent.method if open_intent else None)
     if ask and job is not None and job.state == "started":
         clients = clients or Clients()
-        seen = reconcile(seen, _status(agent, job, clients), clients)
+        seen = reconcile(seen, readings.job_status(clients, hosting.of(agent, job), job), clients)
     return seen
-
-
-def _status(agent: Agent, job: Job, clients: Clients) -> Dict[str, Any]:
-    """`job.status` of a started job, or why it was not asked (`unknown`,
-    or `lost` without a call for a job on a lost host)."""
-    host = hosts.find(job.host or agent.host)
-    if host is None:
-        return {"state": "unknown", "reason": f"host {job.host} of the agent is not recorded"}
-    if isinstance(host, ProviderHost) and host.state == "lost":
-        return {"state": "lost", "reason": f"host {host.name} is lost"}
-    try:
-        return jobseam.status(clients.get(job.plugin), host, job)
-    except MuError as e:
-        return {"state": "unknown", "reason": e.message}
 
 
 def reconcile(seen: Seen, status: Dict[str, Any], clients: Clients) -> Seen:
@@ -156,8 +139,8 @@ def reconcile(seen: Seen, status: Dict[str, Any], clients: Clients) -> Seen:
     agent, job = seen.agent, seen.job
     if job is None or job.state != "started" or seen.pending is not None:
         return seen._replace(liveness=status) if job is not None and job.state == "started" else seen
-    host = hosts.find(job.host or agent.host)
-    if isinstance(host, ProviderHost) and host.state == "lost":
+    host = hosting.of(agent, job)
+    if hosting.is_lost(host):
         # protocol "The host": a lost host's jobs are gone with it, unless
         # the kind outlives its host; that one still gets job.stop
         outlives = bool((jobseam.declaration(job.plugin) or {}).get("outlivesHost"))
@@ -301,7 +284,7 @@ def reattach(agent_name: str) -> Reattached:
             raise Refused(f"the job of {agent_name} is over ({reason}): there is nothing to reattach to",
                           f"`mu agent close {agent_name}` forgets it")
         host = _host(job.host or agent.host)
-        if isinstance(host, ProviderHost) and host.state == "lost":
+        if hosting.is_lost(host):
             raise Refused(f"the host of {agent_name}, {host.name}, is lost: there is no job to reattach to",
                           f"`mu agent close {agent_name}` ends it")
         client = jobseam.client_for(job.plugin)
@@ -379,7 +362,7 @@ def close(agent_name: str) -> Closed:
             return closed
         if job.state == "stop-changed":
             raise Refused(f"job {job.token} of {agent_name} was started under another instance of plugin {job.plugin}")
-        if (job.state == "started" and isinstance(host, ProviderHost) and host.state == "lost"
+        if (job.state == "started" and hosting.is_lost(host)
                 and not (jobseam.declaration(job.plugin) or {}).get("outlivesHost")):
             # protocol "The host": a lost host's jobs went with it; no call
             with db.transaction() as conn:

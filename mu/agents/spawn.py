@@ -73,6 +73,7 @@ from mu.runtime.supervisor import supervisor
 from mu.schema import result_problem
 from mu.seams import channel as channel_seam
 from mu.seams import delivery as delivery_seam
+from mu.seams import host as host_seam
 from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, plugins, tasks, trees
 from mu.store.agents import Agent
 from mu.store.hosts import Profile, ProviderHost
@@ -276,10 +277,10 @@ def _admit(conn: sqlite3.Connection, host: Union[ProviderHost, Profile]) -> None
     # protocol "The job" step 2: a provider host's admission (a profile has none)
     if isinstance(host, Profile):
         return
-    now = hosts.now_ms()
+    shown = host_seam.shown_state(host)
     if host.state != "ready":
-        raise Refused(f"host {host.name} is {host.shown_state(now)}: no agent can spawn there")
-    if host.shown_state(now) == "draining":
+        raise Refused(f"host {host.name} is {shown}: no agent can spawn there")
+    if shown == "draining":
         raise Refused(f"host {host.name} is draining: its deadline is inside the margin",
                       "acquire another host for new agents")
     if host.max_jobs is not None and jobs.count_on_host(conn, host.name) >= host.max_jobs:
