@@ -31,6 +31,34 @@ from mu.runtime import groups  # noqa: E402
 groups.become_subreaper()
 
 
+#: Files whose module-scoped fixture does the work of all their tests (the
+#: hostile corpus runs once, for every test that reads its outcomes): under
+#: pytest-xdist each goes whole to one worker, where split it would be run
+#: again by every worker that got a part.
+ONE_WORKER_FILES = frozenset({"tests/test_hostile.py"})
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is the test extra's; without it the run is serial
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+
+    class _OneWorkerPerFile(LoadScopeScheduling):
+        """`--dist load`, but for a file of ONE_WORKER_FILES: every test is a
+        unit of its own, that file one unit.  (xdist's own `loadgroup` cannot
+        do it here: it marks a group by rewriting node ids, which newer
+        pytest keeps elsewhere.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path in ONE_WORKER_FILES else nodeid
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log):
+        return _OneWorkerPerFile(config, log) if config.getvalue("dist") == "load" else None
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test gets its own MU_STATE_DIR, HOME and XDG folders."""

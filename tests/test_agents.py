@@ -42,20 +42,25 @@ def rows(state: Path, table: str) -> list:
 
 
 class Box:
-    """mu-plugin-local registered (bound, and detached as `local-detached`)
-    and one host `box` acquired from the registration the test asks for."""
+    """mu-plugin-local registered as the test asks, bound (`local`) or
+    detached (`local-detached`), and one host `box` acquired from it.  Only
+    that registration is made: each `mu plugin add` is a plugin started and
+    a handshake, and no test here uses the other."""
 
     def __init__(self, tmp_path: Path, view: str) -> None:
         self.root = tmp_path / "root"
-        added = run_mu("plugin", "add", "local", "--", str(LOCAL), "--root", str(self.root))
+        if view == "bound":
+            self.provider = "local"
+            added = run_mu("plugin", "add", "local", "--", str(LOCAL), "--root", str(self.root))
+        else:
+            self.provider = "local-detached"
+            folder = tmp_path / "plugins"
+            folder.mkdir(mode=0o700)
+            link = folder / "mu-plugin-local-detached"
+            link.symlink_to(LOCAL)
+            added = run_mu("plugin", "add", "local-detached", "--", str(link), "--root", str(self.root),
+                           "--view", "detached")
         assert added.returncode == 0, added.stderr
-        folder = tmp_path / "plugins"
-        folder.mkdir(mode=0o700)
-        link = folder / "mu-plugin-local-detached"
-        link.symlink_to(LOCAL)
-        added = run_mu("plugin", "add", "local-detached", "--", str(link), "--root", str(self.root), "--view", "detached")
-        assert added.returncode == 0, added.stderr
-        self.provider = "local" if view == "bound" else "local-detached"
         acquired = run_mu("host", "acquire", "box", "--provider", self.provider, "--param", f"root={self.root}")
         assert acquired.returncode == 0, acquired.stderr
         self.home = Path(json.loads(run_mu("host", "status", "box", "--json").stdout)["facts"]["path"])

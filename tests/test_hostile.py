@@ -35,8 +35,11 @@ from conftest import MU, ROOT, _descendants
 
 HOSTILE = ROOT / "tests" / "hostile"
 GRACE_S = 5.0
-BASE_S = 6.0  # the suite's own work against a member, with room for a loaded machine
+BASE_S = 6.0  # the suite's own work against a member on an idle machine
 WORKERS = 6
+#: The members the others are built on (see above): what the suite takes
+#: against them, in the same run, is its own work on this machine now.
+BASES = ("good", "good-job", "good-channel")
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,9 @@ def _one(name: str, spec: Member, folder: Path) -> Outcome:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> Dict[str, Outcome]:
     base = tmp_path_factory.mktemp("hostile")
-    order = sorted(MEMBERS, key=lambda n: -MEMBERS[n].waits)  # the longest first
+    # the bases first, beside the longest: they run as crowded as the
+    # members that wait most, so their times are a floor for those
+    order = sorted(MEMBERS, key=lambda n: (n not in BASES, -MEMBERS[n].waits))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         futures = {name: pool.submit(_one, name, MEMBERS[name], base / name) for name in order}
         return {name: future.result() for name, future in futures.items()}
@@ -248,8 +253,15 @@ def test_the_suite_leaves_nothing(outcomes, name):
 
 @pytest.mark.parametrize("name", sorted(MEMBERS))
 def test_within_its_deadline(outcomes, name):
+    # A fixed budget for the suite's own work measures the machine, not mu:
+    # on a loaded one it fails members that waited nothing.  The floor is
+    # what the bases took in this run; above it a member may spend only the
+    # waits its fault costs and one grace, so a deadline waited out twice
+    # (or one not cut short) still fails.
     spec, outcome = MEMBERS[name], outcomes[name]
-    assert outcome.seconds <= BASE_S + spec.waits + GRACE_S, f"{name} took {outcome.seconds:.1f} s"
+    floor = max([BASE_S] + [outcomes[base].seconds for base in BASES])
+    allowed = floor + spec.waits + GRACE_S
+    assert outcome.seconds <= allowed, f"{name} took {outcome.seconds:.1f} s; allowed {allowed:.1f} s (floor {floor:.1f} s)"
 
 
 def test_nothing_left_running(outcomes):
