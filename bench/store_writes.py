@@ -13,13 +13,24 @@ database:
 Both floors run on a bare connection kept open; mu keeps one connection
 per invocation too (closing the last connection to a WAL database
 checkpoints and syncs it, which used to cost milliseconds per unit of work).
+
+`python bench/store_writes.py --row-instructions` prints instead what one
+journaled call costs in CPU instructions, counted by valgrind's callgrind
+(repeatable on a loaded machine, where clocks are not): a child journals
+N call entries through the call path's own `record_later` and formatter,
+flushing every 1,000, for two values of N; the difference over the
+difference in N is one entry's cost, recording and flush included.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
 
 import harness
@@ -138,5 +149,50 @@ def body(opts: harness.Options) -> None:
     )
 
 
+ROW_COUNTS = (1000, 6000)
+
+
+def journal_calls(count: int) -> None:
+    """Journal `count` call entries as `PluginProcess` does, flushing every
+    1,000 (about what a quarter second holds at the pinned round trip)."""
+    folder = tempfile.mkdtemp(prefix="mu-bench-rows-")
+    os.environ["MU_STATE_DIR"] = folder
+    from mu.runtime.process import _call_entry
+    from mu.store import db
+    from mu.store.journal import Journal
+
+    path = os.path.join(folder, "mu.db")
+    db.connect(path)
+    journal = Journal(path, background=False)
+    journal.record("warm-up")
+    journal.flush()
+    target = {"host": {"name": "box"}}
+    for i in range(count):
+        journal.record_later(_call_entry, ("bench.echo", target, 0.0001, "ok"), plugin="bench", pid=12345)
+        if i % 1000 == 999:
+            journal.flush()
+    journal.flush()
+
+
+def row_instructions() -> None:
+    counts = []
+    for count in ROW_COUNTS:
+        with tempfile.TemporaryDirectory() as out:
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.out", sys.executable,
+                 os.path.abspath(__file__), "--journal-calls", str(count)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True,
+            )
+        counts.append(int(re.search(r"Collected : (\d+)", done.stderr).group(1)))  # type: ignore[union-attr]
+    per_entry = (counts[1] - counts[0]) / (ROW_COUNTS[1] - ROW_COUNTS[0])
+    print(f"journal: {per_entry:,.0f} instructions an entry (callgrind; {ROW_COUNTS[0]} and {ROW_COUNTS[1]} entries:"
+          f" {counts[0]:,} and {counts[1]:,})")
+
+
 if __name__ == "__main__":
-    harness.run_main(body)
+    if sys.argv[1:2] == ["--journal-calls"]:
+        journal_calls(int(sys.argv[2]))
+    elif sys.argv[1:] == ["--row-instructions"]:
+        row_instructions()
+    else:
+        harness.run_main(body)

@@ -2,6 +2,8 @@
 
 Ids made by one process are strictly increasing even within a millisecond
 (a counter fills the 12 `rand_a` bits), so the journal sorts by id alone.
+`uuid7` and `uuid7_batch` share that counter: their ids interleave in the
+order they were made.
 """
 
 from __future__ import annotations
@@ -9,10 +11,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import List, Sequence
 
 _lock = threading.Lock()
 _last_ms = 0
 _seq = 0
+_MS_MASK = (1 << 48) - 1
+# The 12-bit counter as text, looked up rather than formatted: a batch of
+# ids formats only what changes between them.
+_SEQ_HEX = [f"{seq:03x}" for seq in range(0x1000)]
 
 
 def uuid7(now_ms: "int | None" = None) -> str:
@@ -32,13 +39,52 @@ def uuid7(now_ms: "int | None" = None) -> str:
         seq = _seq
     # The random bits only keep ids of different processes apart; they guard
     # no secret, so the cheap generator will do.
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | random.getrandbits(62)
+    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | random.getrandbits(62)
     return _text(value)
+
+
+def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
+    """One new UUIDv7 for each epoch-ms time in `times_ms`, in order: the
+    same ids `uuid7(t)` would make one by one (strictly increasing, each
+    in its millisecond or the next one the counter borrows), made under
+    one lock for a whole batch (the journal's flush).
+
+    What a caller may rely on differs in one way only: the 62 random bits
+    are drawn once per batch.  They only keep ids of different processes
+    apart (a process's own ids are kept apart and in order by their
+    millisecond and counter), which a batch's one draw does as well as a
+    draw per id, at a fraction of the cost of formatting each id whole.
+    """
+    global _last_ms, _seq
+    rand = random.getrandbits(62)
+    tail = f"-{0x8000 | rand >> 48:04x}-{rand & 0xFFFFFFFFFFFF:012x}"
+    seq_hex = _SEQ_HEX
+    ids: List[str] = []
+    append = ids.append
+    head_ms, head = -1, ""
+    with _lock:
+        last, seq = _last_ms, _seq
+        for ms in times_ms:
+            if ms <= last:
+                ms = last
+                seq += 1
+                if seq > 0xFFF:  # counter spent: borrow the next millisecond
+                    ms += 1
+                    seq = 0
+            else:
+                seq = 0
+            last = ms
+            if ms != head_ms:  # the time's text, once per millisecond
+                masked = ms & _MS_MASK
+                head_ms, head = ms, f"{masked >> 16:08x}-{masked & 0xFFFF:04x}-7"
+            append(head + seq_hex[seq] + tail)
+        _last_ms, _seq = last, seq
+    return ids
 
 
 def uuid7_floor(ms: int) -> str:
     """The smallest UUIDv7 of millisecond `ms`: a bound for range queries."""
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62
+    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | 0b10 << 62
     return _text(value)
 
 

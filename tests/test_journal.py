@@ -246,3 +246,19 @@ def test_a_journal_without_background_writes_only_when_flushed(tmp_path):
     assert query(path=path) == []
     j.flush()
     assert [e.text for e in query(path=path)] == ["held"]
+
+
+def test_a_flush_folds_white_space_only_where_it_must(tmp_path):
+    path = str(tmp_path / "j.db")
+    j = Journal(path, background=False)
+    plain = ["call a.b host=box 0.1ms ok", "x ~ y", "~", ""]
+    for text in plain:
+        j.record(text)
+    j.flush()
+    assert [e.text for e in query(path=path)] == plain
+    for text in ("tab\there", " lead", "trail ", "two  spaces", "nbsp\u00a0here", "line\u2028sep"):
+        j.record(text)
+    j.record("untouched")
+    j.flush()
+    folded = [e.text for e in query(path=path)][len(plain):]
+    assert folded == ["tab here", "lead", "trail", "two spaces", "nbsp here", "line sep", "untouched"]
