@@ -84,6 +84,17 @@ class Refused(MuError):
     another argv for a registered name, an effect through `plugin call`."""
 
 
+class Unsupported(Refused):
+    """The agent's channel declares the capability a verb needs as `none`
+    or `false` (protocol "The channel"): mu never calls that method.
+    `capability` names it (`steer`, `fresh`, `interrupt`, `answer`,
+    `command`)."""
+
+    def __init__(self, message: str, capability: str, hint: Optional[str] = None) -> None:
+        super().__init__(message, hint)
+        self.capability = capability
+
+
 # -- 3: mu's own state cannot be used ---------------------------------------------
 
 

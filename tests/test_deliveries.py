@@ -163,6 +163,9 @@ def test_each_kind_is_delivered_once_with_its_params(talk):
     assert [r[0] for r in rows[:6]] == [printed[k][0] for k in KINDS]
     assert all(r[2] == "accepted" for r in rows)
     assert [r[3] for r in rows] == [0, 1, 2, 3, None, None, 6]
+    # the incarnation each baseline counts in: the one mu expected, but a
+    # fresh's counts in the new session it started, which its reply does not name
+    assert [r[4] for r in rows] == [1, None, 1, 1, None, None, 1]
     assert printed["send"][1] == "baseline=0" and printed["abort"][1] == "baseline=-"
     assert t.intents() == []
     # no text is kept once a delivery is resolved
@@ -198,6 +201,23 @@ def test_a_capability_none_or_false_refuses_before_any_call(talk, argv, capabili
     line = one_error_line(out)
     assert f"its {capability} capability is" in line and "talk" in line
     assert t.channel_calls() == [] and t.rows() == [] and t.intents() == []
+
+
+def test_the_refusal_is_mus_one_error_tree_with_the_capability(talk, isolated):
+    """`Unsupported` is a `mu.errors` class: `mu.api` callers catch it
+    with the rest of mu's refusals, and it names the capability."""
+    from mu import api, errors
+    from mu.store import db
+
+    t = talk(NO_CAP)
+    try:
+        with pytest.raises(errors.Unsupported) as caught:
+            api.send("w/a", "x", steer=True)
+    finally:
+        db.close()
+    assert isinstance(caught.value, errors.Refused) and caught.value.exit_code == errors.EXIT_USAGE == 2
+    assert caught.value.capability == "steer" and "its steer capability is" in caught.value.message
+    assert t.channel_calls() == [] and t.rows() == []
 
 
 def test_fresh_other_than_in_place_is_refused(talk):
@@ -441,7 +461,7 @@ def test_last_baseline_and_unresolved(talk, isolated):
         assert run_mu("send", "w/a", "two").returncode == 0
         assert run_mu("answer", "w/a", "y").returncode == 0  # no baseline of its own
         with db.reading() as conn:
-            assert deliveries.last_baseline(conn, "w", "a") == 1
+            assert deliveries.last_baseline(conn, "w", "a") == (1, 1)  # runs, and the incarnation of the fake
             assert deliveries.last_baseline(conn, "w", "other") is None
         assert deliveries.unresolved() == []
         assert run_mu("send", "w/a", "three", env={"FAKE_DELIVERY": "then-hang", "MU_EFFECT_TIMEOUT_MS": "500"}
@@ -450,7 +470,7 @@ def test_last_baseline_and_unresolved(talk, isolated):
         assert [(d.agent, d.kind, d.state) for d in open_] == [("w/a", "send", "unknown")]
         assert deliveries.unresolved(None, "w", "a") == open_ and deliveries.unresolved(None, "w", "b") == []
         with db.reading() as conn:
-            assert deliveries.last_baseline(conn, "w", "a") == 1  # an unknown one is no cursor
+            assert deliveries.last_baseline(conn, "w", "a") == (1, 1)  # an unknown one is no cursor
     finally:
         db.close()
 

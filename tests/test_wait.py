@@ -83,6 +83,40 @@ def test_a_turn_that_settled_between_a_send_and_the_wait_is_seen(world):
     assert [m["params"]["afterRuns"] for m in world.sent("channel.watch")] == [4]
 
 
+def test_a_channel_restarted_between_a_send_and_the_wait_is_restarted(world):
+    """The cursor carries the baseline's incarnation: a `fresh` since the
+    delivery is `restarted`, not a wait for a turn past runs the new
+    incarnation will take long to reach."""
+    world.agent("ws/a", runs=4, state="busy", incarnation=1)
+    now = int(time.time() * 1000)
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO deliveries (msg_id, workstream, name, kind, method, plugin, job, state, baseline_runs,"
+            " baseline_inc, created_at, updated_at) VALUES ('m-1', 'ws', 'a', 'send', 'channel.send', 'fake',"
+            " 'job-ws-a', 'accepted', 4, 1, ?, ?)", (now, now))
+    world.turn("ws/a", "idle", 0, 2)  # the channel restarted (a fresh) before `mu wait` starts
+    out, doc = waited("ws/a", "--timeout", "5")
+    assert out.returncode == 0, out.stderr
+    assert doc["event"] == "restarted" and doc["detail"] == {"incarnation": 2, "was": 1}
+    assert [(m["params"]["afterRuns"], m["params"]["inc"]) for m in world.sent("channel.watch")] == [(4, 1)]
+
+
+def test_a_channel_restarted_between_a_send_and_a_polled_wait_is_restarted(world, monkeypatch):
+    world.agent("ws/a", runs=4, state="busy", incarnation=1)
+    monkeypatch.setenv("FAKE_ON_CHANNEL_WATCH", "error:permanent")  # lastRun polling
+    now = int(time.time() * 1000)
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO deliveries (msg_id, workstream, name, kind, method, plugin, job, state, baseline_runs,"
+            " baseline_inc, created_at, updated_at) VALUES ('m-1', 'ws', 'a', 'send', 'channel.send', 'fake',"
+            " 'job-ws-a', 'accepted', 4, 1, ?, ?)", (now, now))
+    world.turn("ws/a", "idle", 0, 2)
+    out, doc = waited("ws/a", "--timeout", "5")
+    assert out.returncode == 0, out.stderr
+    assert doc["event"] == "restarted" and doc["detail"] == {"incarnation": 2, "was": 1}
+    assert [m["params"]["inc"] for m in world.sent("channel.lastRun")] == [1]
+
+
 def test_without_a_delivery_the_cursor_is_the_current_runs(world):
     world.agent("ws/a", runs=5, state="idle")
     out, _ = waited("ws/a", "--timeout", "0.5")

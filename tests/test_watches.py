@@ -160,7 +160,7 @@ def test_a_restarted_channel_ends_the_watch_with_watch_restarted(fakes):
     fakes.settle("a", w, "restarted")
     assert wait_any([w], Deadline.after(BOUND_S)) == [w]
     assert w.notification.method == "watch/restarted"
-    assert w.notification.params["incarnation"] == "fake-inc-2"
+    assert w.notification.params["incarnation"] == 2
 
 
 def test_a_plugin_that_dies_ends_its_watches(fakes):

@@ -11,7 +11,6 @@ Options:
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Dict, List, Tuple
 
@@ -24,6 +23,7 @@ def run(args: Dict[str, Any]) -> int:
     # thousands of agents must not pay for importing every verb's machinery
     snap = stating.state()
     if args["--json"]:
+        import json  # here: the text table never needs it
         # one document on one line: json's C encoder serves no indent, and
         # over thousands of agents the pure-Python one that does costs more
         # than everything else `mu state` does
@@ -31,19 +31,16 @@ def run(args: Dict[str, Any]) -> int:
         return 0
     parts = []
     if snap.agents:
-        agents = snap.agents
         parts.append(_table([
-            [a.agent for a in agents], [a.host for a in agents], [a.liveness for a in agents],
-            ["dead" if a.liveness == "dead" else a.turn for a in agents], [_count(a.runs) for a in agents],
-            [_count(a.incarnation) for a in agents],
+            (a.agent, a.host, a.liveness, "dead" if a.liveness == "dead" else a.turn,
+             "-" if a.runs is None else str(a.runs), "-" if a.incarnation is None else str(a.incarnation))
+            for a in snap.agents
         ], ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")))
     else:
         parts.append("no agents\n")
     if snap.hosts:
-        hosts = snap.hosts
-        parts.append(_table([[h.name for h in hosts], [h.kind for h in hosts], [h.state for h in hosts],
-                             [iso_ms(h.deadline_at) if h.deadline_at else "-" for h in hosts]],
-                            ("HOST", "KIND", "STATE", "DEADLINE")))
+        parts.append(_table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-")
+                             for h in snap.hosts], ("HOST", "KIND", "STATE", "DEADLINE")))
     else:
         parts.append("no hosts\n")
     if snap.notices:
@@ -53,17 +50,11 @@ def run(args: Dict[str, Any]) -> int:
     return 0
 
 
-def _table(columns: List[List[str]], headers: Tuple[str, ...]) -> str:
-    """Columns padded to their widest cell, the last one not padded (as
-    `mu.cli.output.table`), as one string; built a column at a time, which
-    over thousands of rows costs a fraction of formatting each row."""
-    padded = []
-    for header, cells in zip(headers[:-1], columns):
-        width = max(len(header), max(map(len, cells)))
-        padded.append([header.ljust(width)] + [c.ljust(width) for c in cells])
-    padded.append([headers[-1]] + columns[-1])
-    return "\n".join(map("  ".join, zip(*padded))) + "\n"
-
-
-def _count(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _table(rows: List[Tuple[str, ...]], headers: Tuple[str, ...]) -> str:
+    """Rows of cells padded to each column's widest cell, the last column
+    not padded (as `mu.cli.output.table`), as one string.  One `%` format
+    a row: over thousands of rows a C call per row costs a fraction of
+    padding each cell."""
+    widths = [max(len(header), max(map(len, column))) for header, column in zip(headers[:-1], zip(*rows))]
+    line = "  ".join(f"%-{width}s" for width in widths) + "  %s\n"
+    return line % headers + "".join(map(line.__mod__, rows))

@@ -6,7 +6,7 @@ its request.  `channel.receipt` is here too: it is how a delivery is proven.
 
 What a caller may rely on:
 
-- `refuse_unsupported` raises `Unsupported` (exit 2, naming the
+- `refuse_unsupported` raises `mu.errors.Unsupported` (exit 2, naming the
   capability) for a capability that is `none` or `false`, before anything
   is written or called: mu never calls that method.
 - `params` builds the whole params of one delivery (deadline aside): the
@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import environment
 from mu.deadline import GRACE_S, READ_TIMEOUT_S
-from mu.errors import Refused, Unanswered
+from mu.errors import Unanswered, Unsupported
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import plugins
@@ -50,17 +50,6 @@ DELIVERY_RESULT = frozenset({"channel.send", "channel.fresh", "channel.command"}
 STOP_TURN_MS = 30_000
 
 CHANNEL_SEAM = frozenset({"channel"})
-
-
-class Unsupported(Refused):
-    """The agent's channel declares the capability a verb needs as `none`
-    or `false` (protocol "The channel"): mu never calls that method.
-    `capability` names it (`steer`, `fresh`, `interrupt`, `answer`,
-    `command`)."""
-
-    def __init__(self, message: str, capability: str, hint: Optional[str] = None) -> None:
-        super().__init__(message, hint)
-        self.capability = capability
 
 
 class Request(NamedTuple):
@@ -187,6 +176,11 @@ def baseline_of(method: str, result: Dict[str, Any], sent: Dict[str, Any]) -> Ba
     """The turn count a checked reply says the delivery's wait counts from,
     with its incarnation when known (the reply's, else the one mu expected)."""
     expected = sent.get("expectIncarnation")
+    if method == "channel.fresh":
+        # a fresh starts a new session: its baseline counts in an incarnation
+        # the reply does not name, never the one mu expected before it (else
+        # its own wait would read its new session as `restarted`)
+        return Baseline(result.get("baseline"), None, result.get("ack"))
     if method in DELIVERY_RESULT:
         return Baseline(result.get("baseline"), expected, result.get("ack"))
     if method == "channel.interrupt":

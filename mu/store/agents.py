@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from functools import partial
 from typing import List, NamedTuple, Optional
 
 from mu.store import db
@@ -113,20 +114,16 @@ class Glance(NamedTuple):
         return f"{self.workstream}/{self.name}"
 
 
-_NO_JOB = (None, None, None, None)
-
-
 def glance(conn: sqlite3.Connection) -> List[Glance]:
     """Every agent with its job record, by name: what `mu state` shows of
-    thousands of agents.  Two plain scans joined here cost a fifth of one
-    indexed join with its ORDER BY (measured at 10,000 agents)."""
-    cursor = conn.execute("SELECT token, state, owes_collect, host, ended FROM jobs")
+    thousands of agents.  One join; each row becomes a `Glance` by
+    `tuple.__new__` (no Python frame per row), and the sort is Python's,
+    which costs less than the join's ORDER BY (measured at 10,000 agents)."""
+    cursor = conn.execute(
+        "SELECT a.workstream, a.name, a.host, a.plugin, a.job, a.incarnation, a.pane,"
+        " j.state, j.owes_collect, j.host, j.ended FROM agents a LEFT JOIN jobs j ON j.token = a.job")
     cursor.row_factory = None  # plain tuples: sqlite3.Row costs more than the row is worth here
-    job_of = {row[0]: row[1:] for row in cursor}
-    cursor = conn.execute("SELECT workstream, name, host, plugin, job, incarnation, pane FROM agents")
-    cursor.row_factory = None
-    make = Glance._make
-    found = [make(row + job_of.get(row[4], _NO_JOB)) for row in cursor]
+    found = list(map(partial(tuple.__new__, Glance), cursor))
     found.sort()  # by (workstream, name), the first two fields and the key: no two rows share them
     return found
 
