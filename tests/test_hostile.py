@@ -98,7 +98,7 @@ MEMBERS: Dict[str, Member] = {
                                                     "gave no answer to link.exec by its deadline"), waits=10),
     "setsid": member(0, REGISTERED, 1, ["process.group"], ("process.group", "(sleep 300)")),
     "double-fork": member(0, REGISTERED, 1, ["process.group"], ("process.group", "re-parented to mu")),
-    "forks": member(0, REGISTERED, 1, ["stop.shutdown", "stop.eof"], ("stop.shutdown", "and 997 more"), waits=20),
+    "forks": member(0, REGISTERED, 1, ["stop.shutdown", "stop.eof"], ("stop.shutdown", "and 197 more"), waits=20),
     "canary-stderr": member(0, REGISTERED, 1, ["secrets.canary"], ("secrets.canary", "MU_PLUGIN_CANARY in stderr")),
     "canary-reply": member(0, REGISTERED, 1, ["secrets.canary"],
                            ("secrets.canary", "MU_PLUGIN_CANARY in the result of link.checkSteps")),
