@@ -206,3 +206,44 @@ def test_a_watch_lives_through_a_cut_and_sees_the_turn_after_it(box, monkeypatch
     assert closed.returncode == 0, closed.stderr
     assert box.remote_processes("MU_AGENT", "w/a") == {}
     assert local_ssh(box.config) == []
+
+
+def test_mu_wait_across_a_cut_times_out_and_the_next_wait_sees_the_turn(box, monkeypatch):
+    # the verbs, end to end: a `mu wait` under way when the link goes ends
+    # by its own --timeout (124) within one grace, leaving nothing behind;
+    # the agent's remote session survives, and once the link is back a send
+    # and the next `mu wait` see its turn
+    from mu.plugins.ssh.job import job_name
+    from mu.plugins.ssh.main import parse
+
+    monkeypatch.setenv("MU_PANES", "headless")
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "mu-demo-agent")
+    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", f"{sys.executable} {demo}", timeout=60)
+    assert spawned.returncode == 0, spawned.stderr
+    key = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["job"]
+    try:
+        waiting = start_mu("wait", "w/a", "--after", "0", "--timeout", "8")
+        time.sleep(2)  # its watch is open
+        box.cut()
+        began = time.monotonic()
+        code = waiting.wait(timeout=60)
+        took = time.monotonic() - began
+        waiting.stdout.close()
+        waiting.stderr.close()
+        assert code == errors.EXIT_TIMED_OUT, code
+        assert took < 8 + GRACE_S + SLACK_S, took
+        time.sleep(4)  # past the server's own timeout for the silent client
+        box.restore()
+        socket = "mu-" + parse(box.plugin_argv()[1:])[0].instance()
+        assert box.run(f"tmux -L {socket} has-session -t ={job_name(key)}").returncode == 0  # it survived
+        sent = run_mu("send", "w/a", "after the cut", timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        seen = run_mu("wait", "w/a", "--timeout", "40", "--json", timeout=60)
+        assert seen.returncode == 0, seen.stderr
+        event = json.loads(seen.stdout)
+        assert event["event"] == "settled" and "after the cut" in json.dumps(event)
+    finally:
+        closed = run_mu("agent", "close", "w/a", timeout=60)
+    assert closed.returncode == 0, closed.stderr
+    assert box.remote_processes("MU_AGENT", "w/a") == {}
+    assert local_ssh(box.config) == []
