@@ -36,11 +36,16 @@ def private(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
+    # a process the bench ended may still be on its way out (a detached
+    # agent's view follows its job for one more poll), and an orphan comes
+    # to this process when the tests made it a subreaper: a few seconds to
+    # end, and to be reaped here, before one counts as left running
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    for proc in left:
+    _, alive = psutil.wait_procs(left, timeout=5)
+    for proc in alive:
         proc.kill()
-    psutil.wait_procs(left, timeout=5)
-    assert not left, f"processes left running: {[p.pid for p in left]}"
+    psutil.wait_procs(alive, timeout=5)
+    assert not alive, f"processes left running: {[p.pid for p in alive]}"
 
 
 def talk(mode, lines):
@@ -121,7 +126,9 @@ def quick_run(script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bench_runs_to_its_table(script):
     out, rows = quick_run(script)
-    assert rows and all(row[3] != "n/a" for row in rows), out  # every ratio was taken
+    # every ratio was taken, except against a floor that a quick run's one
+    # round left at zero or below (a slope lost in noise): no ratio exists
+    assert rows and all(row[3] != "n/a" or row[2].startswith(("-", "0 ", "0.0 ")) for row in rows), out
 
 
 def two_cpus():

@@ -69,8 +69,12 @@ def job_name(key: str) -> str:
     return "j-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def job_token(key: str) -> str:
-    return "ssh-job-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+def job_token(instance: str, key: str) -> str:
+    """The run token every process of the job carries: of the key under this
+    instance (its -F and work folder), so a job of another instance on the
+    same host with the same key is never taken for it."""
+    text = "%s\0%s" % (instance, key)
+    return "ssh-job-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class JobSeam:
@@ -105,10 +109,10 @@ class JobSeam:
         digest = params_digest({k: v for k, v in params.items() if k != "target"})
         conn, end = self._job_connection(call, EFFECT_S)
         exports = dict(spec.get("env") or {})
-        exports[remote.JOB_VAR] = job_token(key)
+        exports[remote.JOB_VAR] = job_token(self.options.instance(), key)
         body = remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], spec["cmd"], shlex.quote).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
-        args = [job_name(key), job_token(key), job_name(key), self.tmux_socket(), digest, agent]
+        args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent]
         said = (conn.op(remote.JOB_START, args, end, call, data=body, acts=True) or [""])[0]
         if said == "started":
             return {"view": self.view(conn, key)}
@@ -166,7 +170,7 @@ class JobSeam:
     def stop_job(self, params: Dict[str, Any], call: Any) -> None:
         key = _key(params)
         conn, end = self._job_connection(call, EFFECT_S)
-        args = [job_name(key), job_token(key), job_name(key), self.tmux_socket()]
+        args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket()]
         said = (conn.op(remote.JOB_STOP, args, end, call, acts=True) or [""])[0]
         if said == "stopped":
             return None
