@@ -30,27 +30,18 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Dict, List, Optional
+from typing import Dict
 
 import harness
-from harness import MU, PYTHON, ROOT, Row
+from harness import ROOT, Row, mu, run_s
 
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 SIZES = (1, 100, 1000)
 SLOPE_TARGET = 1.5
 
 
-def run_s(argv: List[str], env: Optional[Dict[str, str]] = None) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=300)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[2:])} exited {done.returncode}: {done.stderr.decode()[:300]}")
-    return elapsed
 
 
-def mu(*args: str) -> List[str]:
-    return [PYTHON, MU, *args]
 
 
 def setup_host(folder: str, state: str) -> Dict[str, str]:

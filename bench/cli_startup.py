@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-from typing import Dict, List, Optional
 
 import harness
-from harness import MU, PLUGIN, PYTHON, Row
+from harness import MU, PLUGIN, PYTHON, Row, run_s
 
 #: The largest ratio against `python -c pass`, per command.
 TARGETS = {"version": 1.5, "help": 1.5, "plugin-list": 2.5, "host-list": 2.5}
@@ -48,13 +46,6 @@ BARE_LIST = (
 )
 
 
-def run_s(argv: List[str], env: Optional[Dict[str, str]] = None) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=60)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.decode()[:300]}")
-    return elapsed
 
 
 def records_db(folder: str, count: int) -> str:

@@ -24,27 +24,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-from typing import Dict, List, Optional
 
 import harness
-from harness import MU, PYTHON, ROOT, Row
+from harness import ROOT, Row, mu, run_s
 
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 DEMO_AGENT = os.path.join(ROOT, "examples", "mu-demo-agent")
 
 
-def run_s(argv: List[str], env: Optional[Dict[str, str]] = None) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=300)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[2:])} exited {done.returncode}: {done.stderr.decode()[:300]}")
-    return elapsed
 
 
-def mu(*args: str) -> List[str]:
-    return [PYTHON, MU, *args]
 
 
 def body(opts: harness.Options) -> None:

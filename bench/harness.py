@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -217,6 +218,27 @@ class Row:
         if self.limit is None:
             return "-"
         return "pass" if self.ratio <= self.limit else "FAIL"
+
+
+def mu(*args: str) -> List[str]:
+    """The argv of one `bin/mu` run with the interpreter that runs mu."""
+    return [PYTHON, MU, *args]
+
+
+def run_s(argv: List[str], env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+          timeout: float = 300) -> float:
+    """Run `argv` to its end, stdin from /dev/null and stdout dropped;
+    returns its wall time in seconds.  A failed run is a `RuntimeError`
+    with the start of its stderr: a bench figure of a failing command
+    would be no figure."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env=env, cwd=cwd, timeout=timeout)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        shown = " ".join(argv[2:] if argv[:2] == [PYTHON, MU] else argv[:4])
+        raise RuntimeError(f"{shown} exited {done.returncode}: {done.stderr.decode()[:300]}")
+    return elapsed
 
 
 def us(seconds: float) -> str:

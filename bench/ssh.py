@@ -29,10 +29,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import harness
-from harness import MU, PYTHON, Row
+from harness import MU, PYTHON, Row, run_s
 
 TARGET_EXEC = 1.5
 COMMITS = 1000
@@ -40,14 +40,6 @@ COMMITS = 1000
 sys.path.insert(0, os.path.join(harness.ROOT, "tests"))
 
 
-def run_s(argv: List[str], env: Dict[str, str] = None, cwd: str = None) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=env, cwd=cwd, timeout=120)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])} exited {done.returncode}: {done.stderr.decode()[:300]}")
-    return elapsed
 
 
 def history(commits: int) -> bytes:

@@ -24,10 +24,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Dict, List, Optional
 
 import harness
-from harness import MU, PLUGIN, PYTHON, Row
+from harness import MU, PLUGIN, PYTHON, Row, run_s
 
 TARGET = 4.0  # `mu state` over 10,000 agents against `mu --version`
 AGENTS, HOSTS, FEW = 10_000, 10, 10
@@ -44,13 +43,6 @@ BARE_STATE = (
 )
 
 
-def run_s(argv: List[str], env: Optional[Dict[str, str]] = None) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=120)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[1:])} exited {done.returncode}: {done.stderr.decode()[:300]}")
-    return elapsed
 
 
 def records_db(folder: str, count: int) -> str:

@@ -47,7 +47,7 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import harness
-from harness import MU, PYTHON, ROOT, Row
+from harness import PYTHON, ROOT, Row, mu
 
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 DEMO = os.path.join(ROOT, "examples", "mu-demo-agent")
@@ -76,8 +76,6 @@ BARE_POLL = (
 )
 
 
-def mu(*args: str) -> List[str]:
-    return [PYTHON, MU, *args]
 
 
 def run(argv: List[str], env: Dict[str, str]) -> str:
