@@ -28,28 +28,28 @@ def checkout(tmp_path: Path, monkeypatch) -> Path:
     return make_checkout(tmp_path, monkeypatch)
 
 
-@pytest.fixture
-def host(tmp_path, plugin_dir, checkout, monkeypatch):
+def _host(tmp_path, plugin_dir, monkeypatch, *plugin: str):
+    """A host on headless panes (of `plugin`, else the bound local one),
+    whose agent w/a is finished at the end."""
     monkeypatch.setenv("MU_PANES", "headless")
-    made = Host(tmp_path, plugin_dir)
+    made = Host(tmp_path, plugin_dir, *plugin)
     yield made
     made.finish("w/a")
+
+
+@pytest.fixture
+def host(tmp_path, plugin_dir, checkout, monkeypatch):
+    yield from _host(tmp_path, plugin_dir, monkeypatch)
 
 
 @pytest.fixture
 def detached_host(tmp_path, plugin_dir, checkout, monkeypatch):
-    monkeypatch.setenv("MU_PANES", "headless")
-    made = Host(tmp_path, plugin_dir, "local-detached")
-    yield made
-    made.finish("w/a")
+    yield from _host(tmp_path, plugin_dir, monkeypatch, "local-detached")
 
 
 @pytest.fixture
 def liar_host(tmp_path, plugin_dir, checkout, monkeypatch):
-    monkeypatch.setenv("MU_PANES", "headless")
-    made = Host(tmp_path, plugin_dir, "liar")
-    yield made
-    made.finish("w/a")
+    yield from _host(tmp_path, plugin_dir, monkeypatch, "liar")
 
 
 def spawn_working(tmp_path: Path, text: str = "agent-work", command: str = WORK, name: str = "w/a") -> Path:
