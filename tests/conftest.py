@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -226,3 +228,18 @@ def knobs(monkeypatch, tmp_path):
         return log
 
     return set_
+
+
+@pytest.fixture
+def tmux_socket(monkeypatch):
+    """A tmux server of the test's own (MU_TMUX_SOCKET), killed at the end."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    folder = tempfile.mkdtemp(prefix="mu-tmux-", dir="/tmp")
+    socket = os.path.join(folder, "s")
+    monkeypatch.setenv("MU_TMUX_SOCKET", socket)
+    monkeypatch.setenv("MU_PANES", "tmux")
+    yield socket
+    if os.path.exists(socket):
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    shutil.rmtree(folder, ignore_errors=True)

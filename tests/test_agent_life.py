@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -134,20 +133,6 @@ def test_reattach_of_an_unknown_agent_or_a_bad_name(detached):
     for name, says in (("w/none", "no agent named w/none"), ("a/b/c", "is not valid")):
         out = run_mu("agent", "reattach", name)
         assert out.returncode == 2 and says in one_error_line(out)
-
-
-@pytest.fixture
-def tmux_socket(monkeypatch):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    folder = tempfile.mkdtemp(prefix="mu-tmux-", dir="/tmp")
-    socket = os.path.join(folder, "s")
-    monkeypatch.setenv("MU_TMUX_SOCKET", socket)
-    monkeypatch.setenv("MU_PANES", "tmux")
-    yield socket
-    if os.path.exists(socket):
-        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_reattach_in_tmux_after_the_server_died(tmux_socket, tmp_path):

@@ -16,7 +16,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -274,20 +273,6 @@ def test_a_start_never_sent_stays_unknown_for_a_file_handle_kind(bound_box, isol
 
 
 # -- a real tmux -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def tmux_socket(monkeypatch):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    folder = tempfile.mkdtemp(prefix="mu-tmux-", dir="/tmp")
-    socket = os.path.join(folder, "s")
-    monkeypatch.setenv("MU_TMUX_SOCKET", socket)
-    monkeypatch.setenv("MU_PANES", "tmux")
-    yield socket
-    if os.path.exists(socket):
-        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_spawn_in_tmux_and_close(tmux_socket, tmp_path):
