@@ -10,9 +10,12 @@ between calls.
 from __future__ import annotations
 
 import os
-from typing import Dict, Mapping, Optional
 
 from mu.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # type names only: `typing` costs milliseconds of every start-up
+    from typing import Dict, Mapping, Optional
 
 # protocol "Process": the plugin gets mu's environment minus these.
 LOCAL_ONLY_VARIABLES = frozenset(

@@ -25,9 +25,13 @@ and whoever wraps such an error passes its `detail` on.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from mu.protocol.constants import STDERR_KEEP_CHARS
+
+# Type names only for checkers: every verb imports this module, and `typing`
+# (with the `re` it pulls in) would cost each of them milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 EXIT_OK = 0
 EXIT_UNKNOWN = 1

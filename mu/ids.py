@@ -8,18 +8,30 @@ order they were made.
 
 from __future__ import annotations
 
-import random
-import threading
+import _thread
 import time
-from typing import List, Sequence
 
-_lock = threading.Lock()
+# Only writers make ids, and every reader imports this module on its way
+# to the store: what ids need and readers do not (`random`, `threading`,
+# `typing`, the counter's table) is not loaded until an id is made.
+# `_thread`'s lock is the one `threading.Lock` is.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Sequence
+
+_lock = _thread.allocate_lock()
 _last_ms = 0
 _seq = 0
 _MS_MASK = (1 << 48) - 1
 # The 12-bit counter as text, looked up rather than formatted: a batch of
-# ids formats only what changes between them.
-_SEQ_HEX = [f"{seq:03x}" for seq in range(0x1000)]
+# ids formats only what changes between them.  Made by the first batch.
+_SEQ_HEX: List[str] = []
+
+
+def _getrandbits(bits: int) -> int:
+    import random  # here: see above
+
+    return random.getrandbits(bits)
 
 
 def uuid7(now_ms: "int | None" = None) -> str:
@@ -39,7 +51,7 @@ def uuid7(now_ms: "int | None" = None) -> str:
         seq = _seq
     # The random bits only keep ids of different processes apart; they guard
     # no secret, so the cheap generator will do.
-    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | random.getrandbits(62)
+    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | _getrandbits(62)
     return _text(value)
 
 
@@ -56,9 +68,9 @@ def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
     draw per id, at a fraction of the cost of formatting each id whole.
     """
     global _last_ms, _seq
-    rand = random.getrandbits(62)
+    rand = _getrandbits(62)
     tail = f"-{0x8000 | rand >> 48:04x}-{rand & 0xFFFFFFFFFFFF:012x}"
-    seq_hex = _SEQ_HEX
+    seq_hex = _SEQ_HEX or _seq_hex()
     ids: List[str] = []
     append = ids.append
     head_ms, head = -1, ""
@@ -80,6 +92,12 @@ def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
             append(head + seq_hex[seq] + tail)
         _last_ms, _seq = last, seq
     return ids
+
+
+def _seq_hex() -> List[str]:
+    # one slice assignment: two threads making it at once each put the same whole table
+    _SEQ_HEX[:] = [f"{seq:03x}" for seq in range(0x1000)]
+    return _SEQ_HEX
 
 
 def uuid7_floor(ms: int) -> str:

@@ -89,3 +89,37 @@ def test_a_verb_that_calls_a_plugin_still_loads_what_it_needs(fake):
     out = run_mu("host", "rm", "box")
     assert out.returncode == 0, out.stderr
     assert "removed host box" in out.stdout
+
+
+# What `mu plugin list` and `mu host list` may not load: docopt (their
+# command lines are parsed by hand), json (sqlite reads the JSON they show),
+# the supervisor and its threads (they call no plugin), hashing.
+NOT_FOR_LISTS = ("docopt", "json", "threading", "mu.runtime", "hashlib", "random", "importlib")
+
+
+@pytest.mark.parametrize("verb", ["plugin", "host"])
+def test_the_lists_load_neither_docopt_nor_json_nor_the_supervisor(fake, verb):
+    assert run_mu("plugin", "add", "fake", "--", str(fake)).returncode == 0
+    assert run_mu("host", "add", "box", "--plugin", "fake").returncode == 0
+    assert loaded(imported(verb, "list"), NOT_FOR_LISTS) == []
+
+
+def test_the_command_lines_parsed_by_hand_are_what_docopt_makes_of_them():
+    # `mu.cli.main.READS` stands in for docopt on a few exact command lines:
+    # for each, docopt's answer has the same values, and every other key of
+    # it is false or empty (which the stand-in reads as None)
+    from docopt import docopt
+
+    from mu.cli import main
+
+    for argv, (args, _) in main.READS.items():
+        answer = docopt(main.group_module(argv[0]).__doc__, argv=list(argv), default_help=False)
+        assert {key: answer[key] for key in args} == args, argv
+        assert not any(value for key, value in answer.items() if key not in args), argv
+
+
+@pytest.mark.parametrize("argv", [("plugin", "list", "--js"), ("host", "--json", "list"), ("state", "--jso")])
+def test_a_read_spelled_otherwise_still_goes_through_docopt(isolated, argv):
+    out = run_mu(*argv)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.lstrip().startswith("{")  # docopt took the abbreviated or moved --json

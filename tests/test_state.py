@@ -165,3 +165,46 @@ def test_state_with_nothing(isolated):
 def test_state_takes_no_arguments(isolated):
     out = run_mu("state", "extra")
     assert out.returncode == 2 and out.stderr.startswith("mu: ")
+
+
+def plant_many(world, incarnations=("7", "007", "abc", "", None)) -> None:
+    """More than ASK_MAX agents, with one of each row a notice is due for:
+    a job stopped owing its collect, a job on a lost host, one on a
+    draining host (its deadline past, so its notice reads the same at any
+    moment), a job recorded elsewhere than its agent's host, a job record
+    without its agent, an open intent on a job; and incarnations of every
+    shape."""
+    world.host("gone", state="lost")
+    world.host("late", deadline_at=int(time.time() * 1000) - 1000)
+    now = int(time.time() * 1000)
+    with db.transaction() as conn:
+        for n in range(ASK_MAX + 6):
+            host = {1: "gone", 2: "late", 3: "nowhere"}.get(n, "box")
+            conn.execute("INSERT INTO jobs (token, plugin, instance, state, host, kind, agent, created_at, owes_collect)"
+                         " VALUES (?, 'fake', 'fake-1', ?, ?, 'fake', ?, ?, ?)",
+                         (f"t{n}", "stopped" if n == 0 else "started", "late" if n == 4 else host, f"ws{n % 3}/a{n}",
+                          now, 1 if n == 0 else 0))
+            conn.execute("INSERT INTO agents (workstream, name, host, plugin, job, incarnation, created_at)"
+                         " VALUES (?, ?, ?, 'fake', ?, ?, ?)",
+                         (f"ws{n % 3}", f"a{n}", host, f"t{n}", incarnations[n % len(incarnations)], now))
+        conn.execute("INSERT INTO jobs (token, plugin, instance, state, host, kind, agent, created_at)"
+                     " VALUES ('t-orphan', 'fake', 'fake-1', 'started', 'box', 'fake', 'ws/zz', ?)", (now,))
+        conn.execute(
+            "INSERT INTO effects (id, subject, method, key, params, params_sha256, plugin, instance, writer_pid,"
+            " writer_started, plugin_pgid, plugin_started, written_at) VALUES ('id-t5', 'job:t5', 'job.stop', 't5',"
+            " '{}', '', 'fake', 'fake-1', 1, 0, 1, 0, ?)", (now,))
+
+
+def test_past_ask_max_the_records_give_every_line_and_notice(world):
+    plant_many(world)
+    out = run_mu("state")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC"]
+    by_agent = {line.split()[0]: line.split() for line in lines[1:ASK_MAX + 7]}
+    assert len(by_agent) == ASK_MAX + 6
+    assert by_agent["ws0/a0"][2:4] == ["dead", "dead"] and by_agent["ws1/a1"][2:4] == ["dead", "dead"]
+    assert by_agent["ws0/a6"][2:] == ["unknown", "unknown", "-", "7"]  # "007" reads 7
+    assert by_agent["ws1/a7"][-1] == "-" and by_agent["ws0/a3"][-1] == "-"  # "abc", ""
+    for kind in ("final-collect", "job-gone", "deadline", "intent", "not-asked"):
+        assert f"  {kind}: " in out.stdout

@@ -9,26 +9,23 @@ kept to what every one of them takes unchanged.
 
 from __future__ import annotations
 
-import re
-from typing import Tuple
-
 from mu.errors import UsageError
+from mu.names import is_name
 
 NAME_MAX = 64
-_PART = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 _HINT = "an agent is <workstream>/<name>: lower-case letters, digits, '-' and '_', starting with a letter or a digit"
 
 
 def check_workstream(workstream: str) -> None:
     """Refuse (exit 2) a workstream name mu would not take."""
-    if not _PART.match(workstream) or len(workstream) > NAME_MAX:
+    if not is_name(workstream) or len(workstream) > NAME_MAX:
         raise UsageError(f"workstream name {workstream!r} is not valid", _HINT)
 
 
-def split_agent(agent: str) -> Tuple[str, str]:
+def split_agent(agent: str) -> tuple[str, str]:
     """`<workstream>/<name>` into its two parts; `UsageError` (exit 2) for
     anything else (an empty part, a third part, spaces, odd characters)."""
     parts = agent.split("/")
-    if len(parts) != 2 or not all(_PART.match(p) and len(p) <= NAME_MAX for p in parts):
+    if len(parts) != 2 or not all(is_name(p) and len(p) <= NAME_MAX for p in parts):
         raise UsageError(f"agent name {agent!r} is not valid", _HINT)
     return parts[0], parts[1]

@@ -30,21 +30,30 @@ Options:
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional
+import time
 
 from mu import environment
 from mu.cli.lazy import Lazy
-from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, iso_ms, table
 from mu.errors import EXIT_TIMED_OUT, UsageError
-from mu.store import hosts, plugins
-from mu.store.hosts import ProviderHost
+from mu.store import listing
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
+
+    from mu.store.hosts import ProviderHost
 
 # The seams (and through them the runtime and the effects engine) are
 # imported by the verbs that call a plugin, when they first do: `mu host
 # list` reads records and calls none.
 host_seam = Lazy("mu.seams.host")
 Link = Lazy("mu.seams.link", "Link")
+# The records, whose types cost `mu host list` more than its rows: it reads
+# its columns through `mu.store.listing`.
+hosts = Lazy("mu.store.hosts")
+plugins = Lazy("mu.store.plugins")
+parse_params = Lazy("mu.cli.options", "parse_params")
 
 
 VERBS = ("add", "acquire", "status", "release", "list", "rm", "settle", "check", "exec")
@@ -152,25 +161,28 @@ def _deadline_text(host: ProviderHost) -> str:
 
 
 def verb_list(args: Dict[str, Any]) -> int:
-    found = hosts.all_hosts()
     # The knob, read as the command line reads its options: the host seam
     # (which reads it for the verbs that call a plugin) is not loaded here.
     margin_ms = environment.host_deadline_margin_ms()
     if args["--json"]:
-        emit_json({"hosts": [h.as_json(margin_ms) for h in found]})
+        emit_json({"hosts": [h.as_json(margin_ms) for h in hosts.all_hosts()]})
         return 0
-    if not found:
+    # the text shows a few columns: just those are read (`mu.store.listing`)
+    providers, profiles = listing.host_rows()
+    if not providers and not profiles:
         emit("no hosts (`mu host acquire` or `mu host add` makes one)")
         return 0
-    rows = []
-    for h in found:
-        if isinstance(h, ProviderHost):
-            deadline = iso_ms(h.deadline_at) if h.deadline_at is not None else "-"
-            rows.append([h.name, "provider", h.plugin, h.shown_state(margin_ms=margin_ms), deadline])
-        else:
-            rows.append([h.name, "profile", h.plugin, "-", "-"])
+    now_ms = int(time.time() * 1000)
+    rows = [(name, "provider", plugin, listing.shown_state(state, deadline_at, margin_ms, now_ms),
+             "-" if deadline_at is None else iso_ms(deadline_at)) for name, plugin, state, deadline_at in providers]
+    rows += [(name, "profile", plugin, "-", "-") for name, plugin in profiles]
+    rows.sort(key=_first)  # by name, a provider host first (as the records were read) should two share one
     table(rows, ["NAME", "KIND", "PLUGIN", "STATE", "DEADLINE"])
     return 0
+
+
+def _first(row: tuple) -> str:
+    return row[0]
 
 
 # -- the link ---------------------------------------------------------------------

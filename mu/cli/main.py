@@ -33,7 +33,7 @@ import mu
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
-    from typing import List, Optional
+    from typing import Dict, List, Optional, Tuple
 
     from mu.errors import MuError
 
@@ -67,9 +67,9 @@ def group_module(verb: str) -> ModuleType:
         from mu.errors import UsageError
 
         raise UsageError(f"{verb!r} is not a mu verb", "`mu help` lists the verbs")
-    import importlib
-
-    return importlib.import_module(GROUPS[verb])
+    name = GROUPS[verb]
+    __import__(name)  # not importlib: its package costs a short verb a millisecond
+    return sys.modules[name]
 
 
 def usage_of(verb: Optional[str]) -> str:
@@ -89,6 +89,33 @@ def parse(module: ModuleType, argv: List[str]) -> dict:
         return docopt(module.__doc__, argv=argv, default_help=False)
     except DocoptExit:
         raise UsageError(f"bad usage of `mu {argv[0]}`", f"`mu help {argv[0]}` prints its usage") from None
+
+
+# The glances, parsed by hand: for exactly these command lines, these are
+# the values docopt gives (`_Args` reads any other key of its answer, all
+# of them false or empty there, as None), so they load neither docopt nor
+# the `re` and `typing` it imports.  Any other command line (an option
+# abbreviated or moved, `-h`, a stray word) goes to docopt, which stays the
+# one source of the usage and of its errors (tests/test_startup.py holds the
+# two to the same answers).  The flag: whether the verb may call a plugin,
+# and so needs the supervisor's signal handling.
+_HOST_DEFAULTS = {"--cwd": ".", "--timeout": "20000"}  # the defaults its usage gives every command line
+READS: Dict[Tuple[str, ...], Tuple[Dict[str, object], bool]] = {
+    ("plugin", "list"): ({"plugin": True, "list": True, "--json": False}, False),
+    ("plugin", "list", "--json"): ({"plugin": True, "list": True, "--json": True}, False),
+    ("host", "list"): ({"host": True, "list": True, "--json": False, **_HOST_DEFAULTS}, False),
+    ("host", "list", "--json"): ({"host": True, "list": True, "--json": True, **_HOST_DEFAULTS}, False),
+    # `mu state` asks the plugins of up to mu.agents.state.ASK_MAX agents
+    ("state",): ({"state": True, "--json": False}, True),
+    ("state", "--json"): ({"state": True, "--json": True}, True),
+}
+
+
+class _Args(dict):
+    """docopt's answer for a command line of `READS`."""
+
+    def __missing__(self, key: str) -> None:
+        return None
 
 
 def _wants_help(argv: List[str]) -> bool:
@@ -118,7 +145,8 @@ def dispatch(argv: List[str]) -> int:
     if _wants_help(argv[1:]):
         print(usage_of(verb))
         return 0
-    return module.run(parse(module, argv))
+    read = READS.get(tuple(argv))
+    return module.run(_Args(read[0]) if read is not None else parse(module, argv))
 
 
 def answer_at_once(argv: List[str]) -> Optional[int]:
@@ -157,9 +185,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return quick
     from mu.cli.output import error
     from mu.errors import EXIT_INTERNAL, LoadRuleError, MuError, Refused, Terminating, TrustError
-    from mu.runtime.supervisor import supervisor
 
-    supervisor.install()
+    read = READS.get(tuple(argv))
+    if read is not None and not read[1]:
+        supervisor = None  # reads records only: no plugin to stop, nothing to unwind
+        _default_signals()
+    else:
+        from mu.runtime.supervisor import supervisor
+
+        supervisor.install()
     code = 0
     reported: Optional[MuError] = None
     try:
@@ -180,11 +214,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         traceback.print_exc()
         error("internal error: the traceback above is a bug in mu")
-        supervisor.crash()
+        if supervisor is not None:
+            supervisor.crash()
         code = EXIT_INTERNAL
     finally:
         try:
-            supervisor.finish()  # re-raises a terminating signal: 128+N
+            if supervisor is not None:
+                supervisor.finish()  # re-raises a terminating signal: 128+N
         except Terminating as t:
             code = 128 + t.signum
         try:
@@ -197,6 +233,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             db.close()
     return code
+
+
+def _default_signals() -> None:
+    """For a verb that reads records only: SIGINT, SIGTERM and SIGHUP end
+    mu by that signal (128+N), at once and without a traceback, as the
+    supervisor's handling ends every verb once it has stopped its plugins;
+    such a verb started none, holds no write and journals nothing."""
+    import _signal  # built in: no import cost
+
+    try:
+        for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+            _signal.signal(signum, _signal.SIG_DFL)
+    except ValueError:
+        pass  # not the main thread (mu embedded): the embedding program's signals stay its own
 
 
 def _stand_in_for_closed_streams() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
-
 from mu.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List
 
 
 def parse_params(pairs: List[str], option: str = "--param") -> Dict[str, str]:

@@ -19,25 +19,31 @@ Options of `test` come before `--`: everything after it is the plugin's argv.
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import sys
-from typing import Any, Dict, List, Optional, Tuple
 
 from mu.cli.lazy import Lazy
-from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, error, table
 from mu.errors import CallError, LoadRuleError, Refused, UnknownOutcome, UsageError
 from mu.protocol.constants import EXECUTABLE_PREFIX
-from mu.runtime import trust
-from mu.store import hosts, plugins
-from mu.store.hosts import Host, ProviderHost
+from mu.store import listing
 
-# Imported by the verbs that change a registration, when they first do:
-# `mu plugin list` reads records only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
+    from typing import Any, Dict, List, Optional, Tuple
+
+    from mu.store.hosts import Host
+
+# Imported by the verbs that use them, when they first do: `mu plugin list`
+# reads two columns and prints them, and pays for no more than that (no
+# `json`, no `typing`, no record types, no runtime).
 consumers = Lazy("mu.seams.consumers")
 journal = Lazy("mu.store.journal", "journal")
+trust = Lazy("mu.runtime.trust")
+hosts = Lazy("mu.store.hosts")
+plugins = Lazy("mu.store.plugins")
+parse_params = Lazy("mu.cli.options", "parse_params")
 
 # Methods that `plugin call` never sends: mu's own, the effects (which must
 # go through intent records), and the link's acting methods.
@@ -104,14 +110,14 @@ def add(name: str, argv: list, force: bool = False) -> int:
 
 
 def list_(as_json: bool) -> int:
-    records = plugins.all_plugins()
     if as_json:
-        emit_json({"plugins": [r.as_json() for r in records]})
+        emit_json({"plugins": [r.as_json() for r in plugins.all_plugins()]})
         return 0
-    if not records:
+    rows = listing.plugin_rows()  # the three columns below, the JSON read by sqlite
+    if not rows:
         emit("no plugins registered (`mu plugin add <name> -- <argv>...` registers one)")
         return 0
-    table([[r.name, ",".join(sorted(r.seams)), " ".join(r.argv)] for r in records], ["NAME", "SEAMS", "ARGV"])
+    table(rows, ["NAME", "SEAMS", "ARGV"])
     return 0
 
 
@@ -128,7 +134,7 @@ def show(name: str, as_json: bool) -> int:
     emit(f"protocol:  {document['protocol']}")
     emit(f"schema:    {document['schema']}")
     for seam, declared in sorted(record.seams.items()):
-        emit(f"seam {seam}: {json.dumps(declared, sort_keys=True)}")
+        emit(f"seam {seam}: {_json().dumps(declared, sort_keys=True)}")
     return 0
 
 
@@ -156,7 +162,7 @@ def call(name: str, method: str, params_json: Optional[str], host: Optional[str]
 
     client = PluginClient(name, record.argv, recorded=record.handshake)
     try:
-        if isinstance(known, ProviderHost):
+        if isinstance(known, hosts.ProviderHost):
             # protocol "Effects and replay": a call that names a recorded
             # host goes only to the instance it was recorded under
             from mu.seams.host import require_instance
@@ -209,7 +215,7 @@ def _wire_params(params_json: Optional[str]) -> Dict[str, Any]:
     if params_json is None:
         return {}
     try:
-        params = json.loads(params_json, parse_constant=_refuse_constant, parse_float=_finite)
+        params = _json().loads(params_json, parse_constant=_refuse_constant, parse_float=_finite)
     except ValueError as e:
         raise UsageError(f"<params-json> is not JSON: {e}") from None
     if not isinstance(params, dict):
@@ -307,3 +313,9 @@ def test(name: Any, argv: list, as_json: bool, only: list, param_args: list) -> 
 def _seams_text(seams: Dict[str, Any]) -> str:
     names = sorted(seams)
     return ("seams " + ", ".join(names)) if names else "no seams"
+
+
+def _json() -> Any:
+    import json  # here: `mu plugin list` never needs it
+
+    return json

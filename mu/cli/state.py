@@ -12,42 +12,59 @@ Options:
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Tuple
 
 from mu.agents import state as stating
 from mu.cli.output import iso_ms
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Tuple
 
 
 def run(args: Dict[str, Any]) -> int:
     # mu.agents.state directly rather than through mu.api: a glance at
     # thousands of agents must not pay for importing every verb's machinery
-    snap = stating.state()
-    if args["--json"]:
-        import json  # here: the text table never needs it
-        # one document on one line: json's C encoder serves no indent, and
-        # over thousands of agents the pure-Python one that does costs more
-        # than everything else `mu state` does
-        sys.stdout.write(json.dumps(snap.as_json(), ensure_ascii=False) + "\n")
+    if not args["--json"]:
+        sys.stdout.write(text(stating.state()))  # one write: thousands of lines cost one call
         return 0
+    import json  # here: the text never needs it
+
+    # one document on one line: json's C encoder serves no indent, and over
+    # thousands of agents the pure-Python one that does costs more than
+    # everything else `mu state` does
+    sys.stdout.write(json.dumps(stating.state().as_json(), ensure_ascii=False) + "\n")
+    return 0
+
+
+def text(snap: stating.Snapshot) -> str:
+    """`mu state`'s text of `snap`."""
     parts = []
     if snap.agents:
         parts.append(_table([
             (a.agent, a.host, a.liveness, "dead" if a.liveness == "dead" else a.turn,
              "-" if a.runs is None else str(a.runs), "-" if a.incarnation is None else str(a.incarnation))
             for a in snap.agents
-        ], ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")))
+        ], stating.AGENT_HEADERS))
     else:
         parts.append("no agents\n")
-    if snap.hosts:
-        parts.append(_table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-")
-                             for h in snap.hosts], ("HOST", "KIND", "STATE", "DEADLINE")))
-    else:
-        parts.append("no hosts\n")
-    if snap.notices:
-        parts.append("notices:\n" + "".join(f"  {n.kind}: {n.text}" + (f" (`{n.command}`)" if n.command else "")
-                                            + "\n" for n in snap.notices))
-    sys.stdout.write("\n".join(parts))  # one write: thousands of lines cost one call
-    return 0
+    parts.append(_hosts(snap.hosts))
+    parts += _notices(snap.notices)
+    return "\n".join(parts)
+
+
+def _hosts(hosts: List[stating.HostState]) -> str:
+    if not hosts:
+        return "no hosts\n"
+    return _table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-") for h in hosts],
+                  ("HOST", "KIND", "STATE", "DEADLINE"))
+
+
+def _notices(notices: List[stating.Notice]) -> List[str]:
+    """The notices' part of the text, as a list of none or one."""
+    if not notices:
+        return []
+    return ["notices:\n" + "".join(f"  {n.kind}: {n.text}" + (f" (`{n.command}`)" if n.command else "") + "\n"
+                                   for n in notices)]
 
 
 def _table(rows: List[Tuple[str, ...]], headers: Tuple[str, ...]) -> str:

@@ -33,19 +33,24 @@ inside it cannot be overtaken by another writer.
 
 from __future__ import annotations
 
-import contextlib
+import _thread
 import os
 import sqlite3
 import stat
-import threading
 import time
-from typing import Iterator, NoReturn, Optional
 
 from mu import environment
 from mu.errors import DatabaseBusy, MuError, StateError
 from mu.store.migrations import LATEST, MIGRATIONS
 
-_lock = threading.RLock()
+# Every verb opens the database: this module imports neither `typing`,
+# `contextlib` nor `threading` (milliseconds of start-up each, with what
+# they pull in), so its lock is `_thread`'s, which `threading.RLock` is.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, NoReturn, Optional
+
+_lock = _thread.RLock()
 _shared: Optional[sqlite3.Connection] = None
 _shared_path: Optional[str] = None
 
@@ -204,45 +209,102 @@ def _statements(script: str) -> Iterator[str]:
         raise ValueError(f"migration ends inside a statement: {pending.strip()[:60]!r}")
 
 
-@contextlib.contextmanager
-def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None) -> Iterator[sqlite3.Connection]:
-    """The connection inside `BEGIN IMMEDIATE`; committed on success, rolled
-    back on any exception.  `wait_ms` shortens the wait for another
-    writer for this one transaction (the journal's flush uses it)."""
-    with _lock:
-        conn = connect(path)
-        where = _shared_path or ""
-        waited = busy_timeout_ms() if wait_ms is None else wait_ms
+def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None) -> _Transaction:
+    """The connection inside `BEGIN IMMEDIATE` (`with db.transaction() as
+    conn:`); committed on success, rolled back on any exception.  `wait_ms`
+    shortens the wait for another writer for this one transaction (the
+    journal's flush uses it)."""
+    return _Transaction(path, wait_ms)
+
+
+def reading(path: Optional[str] = None) -> _Reading:
+    """The connection, for reads only (`with db.reading() as conn:`)."""
+    return _Reading(path)
+
+
+class _Reading:
+    """The lock held and the connection handed out for the `with` block; an
+    sqlite error about the database's state leaves it typed."""
+
+    __slots__ = ("_path", "_where")
+
+    def __init__(self, path: Optional[str]) -> None:
+        self._path = path
+        self._where = ""
+
+    def __enter__(self) -> sqlite3.Connection:
+        _lock.acquire()
         try:
-            if wait_ms is not None:
-                conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            finally:
-                if wait_ms is not None:
-                    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
-        except sqlite3.Error as e:
-            _raise_typed(e, where, waited)
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException as e:
-            _rollback(conn)
-            if isinstance(e, sqlite3.Error):
-                _raise_typed(e, where, waited)
+            conn = connect(self._path)
+        except BaseException:
+            _lock.release()
             raise
+        self._where = _shared_path or ""
+        return conn
 
-
-@contextlib.contextmanager
-def reading(path: Optional[str] = None) -> Iterator[sqlite3.Connection]:
-    """The connection, for reads only."""
-    with _lock:
-        conn = connect(path)
-        where = _shared_path or ""
+    def __exit__(self, kind: object, value: Optional[BaseException], tb: object) -> bool:
         try:
-            yield conn
-        except sqlite3.Error as e:
-            _raise_typed(e, where, busy_timeout_ms())
+            if isinstance(value, sqlite3.Error):
+                _raise_typed(value, self._where, busy_timeout_ms())
+        finally:
+            _lock.release()
+        return False
+
+
+class _Transaction:
+    """`BEGIN IMMEDIATE` on entry; `COMMIT` when the block ends normally,
+    `ROLLBACK` when it raises (anything, a signal's `Terminating` too)."""
+
+    __slots__ = ("_path", "_wait_ms", "_conn", "_where", "_waited")
+
+    def __init__(self, path: Optional[str], wait_ms: Optional[int]) -> None:
+        self._path, self._wait_ms = path, wait_ms
+        self._conn: Optional[sqlite3.Connection] = None
+        self._where, self._waited = "", 0
+
+    def __enter__(self) -> sqlite3.Connection:
+        _lock.acquire()
+        try:
+            conn = connect(self._path)
+            self._where = where = _shared_path or ""
+            wait_ms = self._wait_ms
+            self._waited = waited = busy_timeout_ms() if wait_ms is None else wait_ms
+            try:
+                if wait_ms is not None:
+                    conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    if wait_ms is not None:
+                        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
+            except sqlite3.Error as e:
+                _raise_typed(e, where, waited)
+        except BaseException:
+            _lock.release()
+            raise
+        self._conn = conn
+        return conn
+
+    def __exit__(self, kind: object, value: Optional[BaseException], tb: object) -> bool:
+        conn = self._conn
+        assert conn is not None
+        try:
+            if value is None:
+                try:
+                    conn.execute("COMMIT")
+                except BaseException as e:
+                    _rollback(conn)
+                    if isinstance(e, sqlite3.Error):
+                        _raise_typed(e, self._where, self._waited)
+                    raise
+            else:
+                _rollback(conn)
+                if isinstance(value, sqlite3.Error):
+                    _raise_typed(value, self._where, self._waited)
+        finally:
+            self._conn = None
+            _lock.release()
+        return False
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

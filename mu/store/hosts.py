@@ -27,7 +27,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 from mu import names
 from mu.errors import UsageError
-from mu.store import db
+from mu.store import db, listing
 
 # A host's name: mu's name characters (`mu.names.check_name`) and at
 # most this many of them, so that it stays readable in a table, a log line
@@ -78,16 +78,13 @@ class ProviderHost(NamedTuple):
         """The state as reads show it: `ready` within `margin_ms` of its
         deadline reads `draining` (protocol "Host facts in mu's reads").
         The host seam passes its margin (`mu.seams.host.shown_state`)."""
-        at_ms = now_ms() if at_ms is None else at_ms
         if margin_ms is None:
             # Only for the callers that do not pass the seam's margin yet
             # (the spawn's admission and `mu state`): the same knob it reads.
             from mu import environment
 
             margin_ms = environment.host_deadline_margin_ms()
-        if self.state == "ready" and self.deadline_at is not None and at_ms >= self.deadline_at - margin_ms:
-            return "draining"
-        return self.state
+        return listing.shown_state(self.state, self.deadline_at, margin_ms, at_ms)
 
     def target(self) -> Dict[str, Any]:
         host: Dict[str, Any] = {"name": self.name, "instance": self.instance}

@@ -17,7 +17,6 @@ its params are nowhere in the database.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
@@ -28,6 +27,8 @@ from mu.store import db
 
 
 def params_digest(params: Dict[str, Any]) -> str:
+    import hashlib  # here: OpenSSL's start-up is milliseconds, and only writers hash
+
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

@@ -1,0 +1,70 @@
+"""The rows `mu plugin list` and `mu host list` print, read lean.
+
+These are the verbs people run most for a glance, and a glance pays for
+every module it imports: the record types (`NamedTuple`s, so `typing` and
+the `re` it pulls in) and `json` cost more than reading and printing a
+few rows.  So this module reads exactly the columns those tables show,
+with sqlite's JSON functions taking apart what is stored as JSON, and
+imports nothing but the database's opener.  Their `--json` documents are
+built from the full records (`mu.store.plugins`, `mu.store.hosts`).
+
+It also holds the one rule for how a provider host's state reads
+(`shown_state`), which the host records use as well.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mu.store import db
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
+    from typing import List, Optional, Tuple
+
+
+def shown_state(state: str, deadline_at: Optional[int], margin_ms: int, at_ms: Optional[int] = None) -> str:
+    """A provider host's state as reads show it: `ready` within `margin_ms`
+    of its deadline reads `draining` (protocol "Host facts in mu's reads")."""
+    if state == "ready" and deadline_at is not None:
+        at_ms = int(time.time() * 1000) if at_ms is None else at_ms
+        if at_ms >= deadline_at - margin_ms:
+            return "draining"
+    return state
+
+
+def plugin_rows() -> List[Tuple[str, str, str]]:
+    """(name, seams, argv) of every registered plugin, by name: its seams'
+    names sorted and joined by ',', its argv's words joined by ' '."""
+    with db.reading() as conn:
+        names = _plain(conn, "SELECT name FROM plugins ORDER BY name")
+        # json_each's key is the index in an array, the member's name in an
+        # object: ordered by it, the words keep their order and the seams
+        # sort as Python sorts them (code points; sqlite compares UTF-8 bytes)
+        words = _plain(conn, "SELECT p.name, w.value FROM plugins p, json_each(p.argv) w ORDER BY p.name, w.key")
+        seams = _plain(conn, "SELECT p.name, s.key FROM plugins p, json_each(p.handshake, '$.seams') s"
+                             " ORDER BY p.name, s.key")
+    argv: dict = {}
+    for name, word in words:
+        argv.setdefault(name, []).append(word)
+    declared: dict = {}
+    for name, seam in seams:
+        declared.setdefault(name, []).append(seam)
+    return [(name, ",".join(declared.get(name, ())), " ".join(argv.get(name, ()))) for (name,) in names]
+
+
+def host_rows() -> Tuple[List[tuple], List[tuple]]:
+    """The hosts as `mu host list` shows them: (name, plugin, state,
+    deadline_at) of each provider host, and (name, plugin) of each plugin
+    profile."""
+    with db.reading() as conn:
+        providers = _plain(conn, "SELECT name, plugin, state, deadline_at FROM hosts")
+        profiles = _plain(conn, "SELECT name, plugin FROM host_profiles")
+    return providers, profiles
+
+
+def _plain(conn: sqlite3.Connection, sql: str) -> list:
+    cursor = conn.execute(sql)
+    cursor.row_factory = None  # plain tuples: these rows are printed, never looked up by column
+    return cursor.fetchall()
