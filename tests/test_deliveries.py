@@ -163,9 +163,10 @@ def test_each_kind_is_delivered_once_with_its_params(talk):
     assert [r[0] for r in rows[:6]] == [printed[k][0] for k in KINDS]
     assert all(r[2] == "accepted" for r in rows)
     assert [r[3] for r in rows] == [0, 1, 2, 3, None, None, 6]
-    # the incarnation each baseline counts in: the one mu expected, but a
-    # fresh's counts in the new session it started, which its reply does not name
-    assert [r[4] for r in rows] == [1, None, 1, 1, None, None, 1]
+    # the incarnation each baseline counts in: the one mu expected; a
+    # fresh's is the one it was sent to, where its wait starts (its reply
+    # does not name the session it starts)
+    assert [r[4] for r in rows] == [1, 1, 1, 1, None, None, 1]
     assert printed["send"][1] == "baseline=0" and printed["abort"][1] == "baseline=-"
     assert t.intents() == []
     # no text is kept once a delivery is resolved

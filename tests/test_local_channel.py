@@ -242,7 +242,9 @@ def test_a_job_with_no_agent_yet_reads_unknown(tmp_path, monkeypatch):
         made.main.call("job.start", {"target": made.target(None), "key": made.key, "spec": spec}, timeout_s=30)
         reading = made.reading()
         assert reading["state"] == "unknown" and "has not started" in reading["reason"]
-        assert made.call("channel.baseline") is None
+        # the session the agent will start is named from the job's start:
+        # mu records it at spawn, before any turn
+        assert made.call("channel.baseline") == {"runs": 0, "incarnation": 1}
         # a delivery before the agent starts waits in its inbox: accepted, not confirmed
         sent = made.send("early", "m-early")
         assert sent == {"channel": "local", "ack": "unknown", "baseline": 0, "msgId": "m-early"}
@@ -464,6 +466,42 @@ def test_fresh_starts_a_new_incarnation_and_restarts_a_watch(channel):
     # the old incarnation's turns stay readable by inc
     assert "You said: one" in channel.call("channel.lastRun", afterRuns=0, inc=1)["lastText"]
     assert "You said: start over" in channel.call("channel.lastRun", afterRuns=0)["lastText"]
+
+
+def test_a_delivery_that_expects_another_incarnation_is_refused_and_nothing_is_delivered(channel):
+    """protocol "The channel" (`expectIncarnation`) and "Errors": a delivery
+    meant for a session the agent no longer runs is `permanent`."""
+    assert channel.send("one", "m-1", expectIncarnation=1)["ack"] == "confirmed"
+    channel.settled(1)
+    channel.call("channel.fresh", text="start over", msgId="m-2", force=False, expectIncarnation=1)
+    channel.settled(1, inc=2)
+    for method, extra in (("channel.send", {"text": "x", "msgId": "m-3", "mode": "followUp", "force": False,
+                                            "firstPrompt": False}),
+                          ("channel.fresh", {"text": "x", "msgId": "m-3", "force": False}),
+                          ("channel.command", {"name": "compact", "force": False}),
+                          ("channel.interrupt", {"text": "x", "msgId": "m-3", "timeoutMs": 1000})):
+        with pytest.raises(Permanent, match="runs incarnation 2, not the 1 expected"):
+            channel.call(method, expectIncarnation=1, **extra)
+    assert not (channel.folder / "inbox" / "m-3.json").exists() and "m-3.json" not in channel.taken()
+    assert not any("m-3" in p.name for p in (channel.folder / "deliveries").iterdir())
+    # the session it runs is taken, and the refused msgId is not spent
+    assert channel.send("two", "m-3", expectIncarnation=2)["ack"] == "confirmed"
+    assert "You said: two" in channel.settled(2, inc=2)["lastText"]
+
+
+def test_a_taken_fresh_that_an_await_holds_back_is_taken_once_its_file_exists(channel):
+    """The demo agent's `/await <path>`: the delivery stays in the inbox,
+    and the turns behind it wait, until the file exists."""
+    gate = channel.tmp / "gate"
+    held = channel.call("channel.fresh", text="/await %s\nstart over" % gate, msgId="m-1", force=False)
+    assert held["ack"] == "unknown"  # not taken within the plugin's wait
+    behind = channel.send("after it", "m-2")
+    assert behind["ack"] == "unknown"
+    time.sleep(0.5)
+    assert channel.turn()["incarnation"] == 1 and channel.taken() == []
+    gate.write_text("")
+    seen = channel.settled(2, inc=2)
+    assert "You said: after it" in seen["lastText"] and "await" not in channel.settled(1, inc=2)["lastText"]
 
 
 # -- watches --------------------------------------------------------------------------------

@@ -45,14 +45,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
-from mu.agents import hosting, split_agent
+from mu.agents import hosting, readings, split_agent
 from mu.agents.hosting import Host
 from mu.deadline import Deadline
 from mu.effects import engine
 from mu.effects.engine import Resolver
 from mu.effects.resolve import DeliveryOutcomes
 from mu.effects.resolve import resolve as resolve_by_rule
-from mu.errors import MuError, NotFound, Refused, StateError, UnknownOutcome, UsageError
+from mu.errors import MuError, NotFound, Permanent, Refused, StateError, UnknownOutcome, UsageError
 from mu.ids import uuid7
 from mu.runtime import crashpoints
 from mu.runtime.client import PluginClient
@@ -104,12 +104,61 @@ def check_request(request: Request) -> None:
 
 
 def recorded_incarnation(agent: Agent) -> Optional[int]:
-    """The incarnation mu recorded for the agent, or None before it knew one
-    (then no `expectIncarnation` is sent: mu expects nothing it does not know)."""
-    for value in (agent.incarnation, agent.first_inc):
-        if value is not None and str(value).isdigit():
-            return int(value)
-    return None
+    """The incarnation mu recorded for the agent, or None while it knows
+    none (then no `expectIncarnation` is sent: mu expects nothing it does
+    not know)."""
+    return readings.recorded_incarnation(agent)
+
+
+def _expected_incarnation(client: PluginClient, target: _Target, kind: str) -> Optional[int]:
+    """The incarnation a delivery of `kind` expects: the recorded one, else
+    (mu knows none: a fresh not taken yet, a row from before mu recorded
+    them) the one `channel.baseline` names now, which is then recorded.
+    A baseline that cannot be read leaves it unknown: nothing is expected."""
+    known = recorded_incarnation(target.agent)
+    if known is not None or kind not in seam.EXPECT_INCARNATION:
+        return known
+    try:
+        base = channel_seam.baseline(client, target.agent, target.host, target.job)  # type: ignore[arg-type]
+    except MuError:
+        return None
+    inc = (base or {}).get("incarnation")
+    if not isinstance(inc, int):
+        return None
+    readings.learn_incarnation(target.agent, inc)
+    return inc
+
+
+def _current_incarnation(client: PluginClient, target: _Target) -> Optional[int]:
+    """The incarnation `channel.baseline` names now, or None."""
+    try:
+        base = channel_seam.baseline(client, target.agent, target.host, target.job)  # type: ignore[arg-type]
+    except MuError:
+        return None
+    inc = (base or {}).get("incarnation")
+    return inc if isinstance(inc, int) else None
+
+
+def _stale(client: PluginClient, target: _Target, request: Request, msg_id: str, expected: int,
+           refused: Permanent) -> MuError:
+    """What a definite refusal of a delivery that expected `expected` was:
+    when the channel now names another incarnation, the protocol's fence
+    (the agent runs another session than the one the message was meant
+    for); mu records the new one and says so in one line.  Else the
+    refusal as it was."""
+    now = _current_incarnation(client, target)
+    if now is None or now == expected:
+        return refused
+    readings.learn_incarnation(target.agent, now)
+    verb = "send --fresh" if request.kind == "fresh" else request.kind
+    why = f"agent {target.agent.agent} now runs incarnation {now}, not the {expected} mu expected"
+    try:
+        with db.transaction() as conn:
+            deliveries.set_state(conn, msg_id, "not-accepted", why)
+    except StateError:
+        pass
+    return Permanent(f"{why}: the {verb} {msg_id} was not delivered",
+                     f"mu now expects incarnation {now}; deliver it again to send it to that session")
 
 
 def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target:
@@ -162,10 +211,15 @@ def _mark_unknown(msg_id: str, why: str) -> None:
         pass
 
 
-def _accepted(method: str, msg_id: str, sent: Dict[str, Any]):
+def _accepted(method: str, msg_id: str, sent: Dict[str, Any], workstream: str, name: str):
     def record(conn: sqlite3.Connection, reply: Any) -> None:
         b = seam.baseline_of(method, reply, sent)
         deliveries.accept(conn, msg_id, runs=b.runs, incarnation=b.incarnation, ack=b.ack)
+        # what the reply tells of the agent's session, in the same transaction
+        if method == "channel.fresh":
+            agents.set_incarnation(conn, workstream, name, None)  # a new session, not named yet
+        elif method == "channel.interrupt" and isinstance(reply.get("incarnation"), int):
+            agents.set_incarnation(conn, workstream, name, reply["incarnation"])
 
     return record
 
@@ -179,7 +233,15 @@ def _resolve_one(client: PluginClient, row: Delivery, intent: IntentRecord, decl
     msg_id = row.msg_id
 
     def receipted(conn: sqlite3.Connection, answer: Dict[str, Any]) -> None:
-        deliveries.accept(conn, msg_id, runs=answer.get("runs"), incarnation=answer.get("incarnation"), ack=None)
+        inc = answer.get("incarnation")
+        if intent.method == "channel.fresh":
+            # a fresh's row keeps the incarnation it was sent to (its wait's
+            # cursor); the receipt's is the session it started, once taken
+            deliveries.accept(conn, msg_id, runs=answer.get("runs"),
+                              incarnation=intent.params.get("expectIncarnation"), ack=None)
+            agents.set_incarnation(conn, row.workstream, row.name, inc if isinstance(inc, int) else None)
+            return
+        deliveries.accept(conn, msg_id, runs=answer.get("runs"), incarnation=inc, ack=None)
 
     try:
         outcome = resolve_by_rule(resolver, DeliveryOutcomes(  # type: ignore[arg-type]
@@ -187,7 +249,7 @@ def _resolve_one(client: PluginClient, row: Delivery, intent: IntentRecord, decl
             newer=lambda: deliveries.newer_exists(row),
             receipt=lambda: seam.receipt(client, intent.params["target"], msg_id),
             check_reply=seam.check_reply(intent.method, intent.params, declared["name"]),
-            accepted=_accepted(intent.method, msg_id, intent.params),
+            accepted=_accepted(intent.method, msg_id, intent.params, row.workstream, row.name),
             receipted=receipted,
             not_accepted=lambda conn, _: deliveries.set_state(conn, msg_id, "not-accepted",
                                                               "it was proven never delivered"),
@@ -252,8 +314,9 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
     resolved = _resolve_earlier(client, target)
     method = seam.METHODS[request.kind]
     msg_id = uuid7()
+    expected = _expected_incarnation(client, target, request.kind)
     sent = seam.params(request, target=channel_seam.target(agent, target.host, job), msg_id=msg_id,
-                       first_prompt=first_prompt, expect_incarnation=recorded_incarnation(agent))
+                       first_prompt=first_prompt, expect_incarnation=expected)
 
     def write_row(conn: sqlite3.Connection) -> None:
         if agents.find(agent.workstream, agent.name, conn) is None:
@@ -262,14 +325,14 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
                           method=method, plugin=agent.plugin, job=job.token)
 
     try:
-        engine.perform(
+        reply = engine.perform(
             client,
             subject=deliveries.subject(msg_id),
             method=method,
             key=msg_id,
             params=sent,
             before=write_row,
-            record=_accepted(method, msg_id, sent),
+            record=_accepted(method, msg_id, sent, agent.workstream, agent.name),
             on_failure=lambda conn, _: deliveries.set_state(conn, msg_id, "not-accepted",
                                                             "the plugin definitely refused it"),
             check=seam.check_reply(method, sent, target.seam["name"]),
@@ -279,11 +342,31 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
     except UnknownOutcome as e:
         _mark_unknown(msg_id, e.message)
         raise
+    except Permanent as e:
+        if "expectIncarnation" not in sent:
+            raise
+        raise _stale(client, target, request, msg_id, sent["expectIncarnation"], e) from None
     row = deliveries.find(msg_id)
     assert row is not None
     journal().record(f"delivery {request.kind} {msg_id} to {agent_name}: accepted", plugin=client.name)
-    return Delivered(msg_id, agent_name, request.kind, row.state, row.baseline_runs, row.baseline_inc, row.ack,
+    baseline_inc = row.baseline_inc
+    if request.kind == "fresh":
+        baseline_inc = _after_fresh(client, target, expected, reply)
+    return Delivered(msg_id, agent_name, request.kind, row.state, row.baseline_runs, baseline_inc, row.ack,
                      resolved)
+
+
+def _after_fresh(client: PluginClient, target: _Target, was: Optional[int], reply: Any) -> Optional[int]:
+    """The session an accepted fresh started, once the channel names it:
+    recorded on the agent (the next delivery expects it) and returned.
+    While the agent has not taken the fresh (the channel still names the
+    session it ends), mu knows none: the next delivery asks again."""
+    now = _current_incarnation(client, target)
+    confirmed = isinstance(reply, dict) and reply.get("ack") == "confirmed"
+    if now is None or (now == was and not confirmed):
+        return None
+    readings.learn_incarnation(agents.find(target.agent.workstream, target.agent.name) or target.agent, now)
+    return now
 
 
 # -- the verbs ----------------------------------------------------------------------
@@ -373,8 +456,10 @@ def check(agent_name: str, msg_id: str) -> Delivered:
 
 
 def _delivered(row: Delivery, resolved: List[str]) -> Delivered:
-    return Delivered(row.msg_id, row.agent, row.kind, row.state, row.baseline_runs, row.baseline_inc, row.ack,
-                     resolved)
+    # a fresh's row keeps the incarnation it was sent to, not the one its
+    # baseline counts in (deliveries.Cursor)
+    inc = None if row.kind == "fresh" else row.baseline_inc
+    return Delivered(row.msg_id, row.agent, row.kind, row.state, row.baseline_runs, inc, row.ack, resolved)
 
 
 def _receipt_only(agent_name: str, msg_id: str) -> Delivered:

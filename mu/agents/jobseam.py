@@ -102,6 +102,7 @@ def record_start(conn: sqlite3.Connection, job: Job, result: Any) -> None:
     if inc is not None and job.agent:
         workstream, _, name = job.agent.partition("/")
         agents.set_first_inc(conn, workstream, name, inc)
+        agents.set_incarnation(conn, workstream, name, int(inc))  # what its deliveries expect
     if job.first_msg_id is not None:
         # the first prompt rode in the start: accepted with it, before any turn
         deliveries.accept(conn, job.first_msg_id, runs=0, incarnation=None if inc is None else int(inc), ack=None)

@@ -13,11 +13,14 @@ job's alone.
 
 The turn is `channel.readStates` for this one agent, and the last text
 is the last settled turn's, from `channel.lastRun`.  A channel that gives
-no usable reading of the agent reads `unknown` with the reason.
+no usable reading of the agent reads `unknown` with the reason.  A usable
+reading's incarnation is what mu then knows the agent runs
+(`learn_incarnation`): the next delivery expects it.
 
 `Clients` holds one `PluginClient` per plugin for the whole invocation,
 so reading any number of agents starts one plugin process per plugin.
-Reads never call an effect and never resolve an intent.
+Reads never call an effect and never resolve an intent; the one thing a
+read writes is the agent's incarnation when it learned another one.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu.agents import hosting, jobseam
 from mu.agents.hosting import Host
-from mu.errors import MuError
+from mu.errors import MuError, StateError
 from mu.runtime.client import PluginClient
 from mu.seams import channel
 from mu.seams.channel import Reading
-from mu.store import jobs, plugins
+from mu.store import agents, db, jobs, plugins
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 
@@ -97,6 +100,32 @@ class AgentReading(NamedTuple):
         return (self.last or {}).get("lastText")
 
 
+def recorded_incarnation(agent: Agent) -> Optional[int]:
+    """The incarnation mu knows the agent runs, or None when it knows none
+    (before its channel named one, or after a fresh the agent has not taken
+    yet): then mu expects nothing it does not know."""
+    value = agent.incarnation
+    if value is not None and str(value).isdigit():
+        return int(value)
+    return None
+
+
+def learn_incarnation(agent: Agent, incarnation: Optional[int]) -> None:
+    """Record that the agent runs `incarnation` (from a reading, a reply or
+    a watch that named one); None forgets it.  A write only when it changed,
+    and never a failure for the caller: what was read stands either way."""
+    if incarnation is not None and (isinstance(incarnation, bool) or not isinstance(incarnation, int)
+                                    or incarnation < 0):
+        return
+    if incarnation == recorded_incarnation(agent):
+        return
+    try:
+        with db.transaction() as conn:
+            agents.set_incarnation(conn, agent.workstream, agent.name, incarnation)
+    except StateError:
+        pass  # mu's state is busy or damaged: the next reading records it
+
+
 def job_status(clients: Clients, host: Optional[Host], job: Optional[Job]) -> Dict[str, Any]:
     """The job's `job.status`, or why it could not be asked (`unknown`)."""
     if job is None:
@@ -140,6 +169,8 @@ def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentRead
             turn = channel.read_state(client, agent, host, job)
         except MuError as e:
             turn = channel.unknown(e.message)
+        if turn.state != "unknown":
+            learn_incarnation(agent, turn.incarnation)
         if last_text and turn.runs:
             try:
                 last = channel.last_run(client, agent, host, job, turn.runs - 1, turn.incarnation)

@@ -521,7 +521,8 @@ def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan,
            start: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """Step 6: the start's baseline for an at-start kind (checked `runs: 0`
     with the reply), else `channel.baseline` answering within
-    `MU_SPAWN_JOB_MS` (its incarnation becomes the agent's `first_inc`)."""
+    `MU_SPAWN_JOB_MS` (its incarnation becomes the agent's `first_inc`, and
+    the incarnation its deliveries expect)."""
     if plan.at_start:
         if isinstance(start, dict) and isinstance(start.get("baseline"), dict):
             return start["baseline"]
@@ -537,6 +538,7 @@ def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan,
     if inc is not None:
         with db.transaction() as conn:
             agents.set_first_inc(conn, plan.workstream, plan.name, inc)
+            agents.set_incarnation(conn, plan.workstream, plan.name, int(inc))  # what deliveries expect
     return answer
 
 

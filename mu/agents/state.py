@@ -183,22 +183,38 @@ def state() -> Snapshot:
     finally:
         if clients is not None:
             clients.stop("mu state is done")
+    agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
+    notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
+    host_rows = [_host_state(h, now_ms) for h in records.hosts]
+    return Snapshot(shown, host_rows, notices, ask)
+
+
+def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: Optional[int]) -> List[Notice]:
+    """The notices after the agents': job records without an agent, open
+    intents (`agent_of_job` names the agent of each job an intent is about),
+    unresolved deliveries, and how many agents were `not_asked` (None when
+    they were asked)."""
+    notices: List[Notice] = []
     for token, agent, host_name, job_state in records.orphans:
         if job_state != "starting":
             notices.append(Notice("job-gone", agent, f"job {token} on host {host_name} has no agent row",
                                   f"mu agent close {agent}"))
     if records.intents:
-        agent_of_job = {r.job: r.agent for r in records.agents}
+        agent_of_job = dict(agent_of_job)
         agent_of_job.update((o[0], o[1]) for o in records.orphans)
         notices += [_intent_notice(i, agent_of_job, records) for i in records.intents]
     notices += [Notice("delivery", d.msg_id, f"the outcome of {d.kind} {d.msg_id} to {d.agent} is {d.state}",
                        f"mu agent check {d.agent} {d.msg_id}") for d in records.deliveries]
-    if not ask:
-        notices.append(Notice("not-asked", "agents", f"{len(records.agents)} agents: more than {ASK_MAX}, so no"
+    if not_asked is not None:
+        notices.append(Notice("not-asked", "agents", f"{not_asked} agents: more than {ASK_MAX}, so no"
                               " plugin was asked; liveness and turns are from records only",
                               "mu agent show <agent>"))
-    host_rows = [_host_state(h, now_ms) for h in records.hosts]
-    return Snapshot(shown, host_rows, notices, ask)
+    return notices
+
+
+AGENT_HEADERS = ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")
+
+
 
 
 def _asked(row: Glance, clients: "readings.Clients") -> AgentState:

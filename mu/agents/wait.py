@@ -10,7 +10,13 @@ urgent event, exit 7).
 
 The cursor.  `after` when given, else the baseline of the agent's last
 accepted delivery (its runs, and the incarnation they were counted in),
-else its current runs (`channel.baseline`, else its reading).  A watch
+else its current runs (`channel.baseline`, else its reading).  After a
+`fresh` the turn to wait for is the first of the session the fresh starts,
+which may not have begun when the wait does: the cursor is the session
+the fresh was sent to, at its current runs; a turn of that session that
+settles meanwhile is not the fresh's (the wait counts past it), and the
+`restarted` the fresh causes moves the cursor to the new session at runs 0
+instead of ending the wait.  Any other restart ends it as `restarted`.  A watch
 asks for a turn *past* the cursor, and the plugin answers at once when one
 already settled (protocol "The channel"), so a turn that settled between
 `mu send` and `mu wait`, or while the watch was being set up, is seen, and
@@ -119,6 +125,9 @@ class Watched:
         self.host = host
         self.cursor: Optional[int] = None
         self.inc: Optional[int] = None
+        # the session a fresh was sent to, while the wait has not seen the
+        # restart that fresh makes (None: no fresh awaited)
+        self.fresh_from: Optional[int] = None
         self.watch: Optional[Watch] = None
         self.polling = False
         self.poll_at = 0.0
@@ -171,6 +180,7 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     clients = readings.Clients()
     try:
         event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients)
+        _learn(event, picked)
         journal().record(f"wait: {event.agent} {event.event}")
         if report is not None:
             report(event)
@@ -212,6 +222,18 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
                 w.watch.cancel()  # protocol "The channel": every watch it leaves
 
 
+def _learn(event: Event, picked: List[Agent]) -> None:
+    """The incarnation an event names is what mu now knows the agent runs
+    (a `restarted`'s new one, a settle's)."""
+    agent = next((a for a in picked if a.agent == event.agent), None)
+    if agent is None:
+        return
+    if event.event == "restarted":
+        readings.learn_incarnation(agent, event.detail.get("incarnation"))
+    elif event.event == "settled" and event.observation is not None:
+        readings.learn_incarnation(agent, event.observation.get("incarnation"))
+
+
 def _records(agent: Agent):
     from mu.store import jobs
 
@@ -227,10 +249,10 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None
         w.cursor = after
         return
     with db.reading() as conn:
-        last = deliveries.last_baseline(conn, w.agent.workstream, w.agent.name)
-    if last is not None:
+        last = deliveries.last_cursor(conn, w.agent.workstream, w.agent.name)
+    if last is not None and not (last.fresh and last.incarnation is not None):
         # the incarnation the baseline was counted in: a channel restarted
-        # since that delivery (a `fresh`) is `restarted`, not a turn to wait for
+        # since that delivery is `restarted`, not a turn to wait for
         w.cursor, w.inc = last.runs, last.incarnation
         return
     assert w.job is not None and w.host is not None
@@ -239,6 +261,17 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None
         base = channel.baseline(client, w.agent, w.host, w.job)
     except Permanent:
         base = None  # a definite "no": the reading below says
+    if last is not None:
+        # a fresh, sent to incarnation `last.incarnation` (the module's
+        # header): the race is a wait that starts before the agent took it
+        now = (base or {}).get("incarnation")
+        if now is None or now == last.incarnation:
+            w.fresh_from = w.inc = last.incarnation
+            w.cursor = base["runs"] if base is not None and now is not None else last.runs
+        else:
+            # the session changed since the fresh was sent: the fresh's
+            w.cursor, w.inc = 0, now
+        return
     if base is not None:
         w.cursor, w.inc = base["runs"], base.get("incarnation")
         return
@@ -256,20 +289,43 @@ def _start(w: Watched, after: Optional[int], clients: readings.Clients) -> Optio
     if seam is None:
         return None  # no channel: only its liveness and its host's deadline can end the wait
     _cursor(w, after, clients)
-    client = clients.get(w.job.plugin)
-    if (seam.get("caps") or {}).get("watch") == "stream":
-        try:
-            w.watch = channel.watch(client, w.agent, w.host, w.job, w.cursor, w.inc)
-        except Permanent:
-            w.watch = None  # a channel.watch it does not serve: poll instead
-        else:
-            if w.cursor is None:
-                w.cursor = w.watch.after_runs if isinstance(w.watch.after_runs, int) else 0
-            return None
+    if (seam.get("caps") or {}).get("watch") == "stream" and _watch(w, clients):
+        return None
     w.polling = True
     if w.cursor is None:
         w.cursor = 0
     return _poll(w, clients)
+
+
+def _watch(w: Watched, clients: readings.Clients) -> bool:
+    """Open the agent's watch past its cursor; False when its channel
+    definitely serves none (then it is polled)."""
+    assert w.job is not None and w.host is not None
+    try:
+        w.watch = channel.watch(clients.get(w.job.plugin), w.agent, w.host, w.job, w.cursor, w.inc)
+    except Permanent:
+        w.watch = None  # a channel.watch it does not serve: poll instead
+        return False
+    if w.cursor is None:
+        w.cursor = w.watch.after_runs if isinstance(w.watch.after_runs, int) else 0
+    return True
+
+
+def _past_fresh(w: Watched, observation: Optional[Dict[str, Any]], restarted: Optional[int]) -> bool:
+    """Whether what ended a look at the agent is not the awaited fresh's
+    event, and the cursor moved on: a settle of the session the fresh was
+    sent to (the wait counts past it), or the restart the fresh makes (the
+    cursor becomes the new session at runs 0)."""
+    if w.fresh_from is None:
+        return False
+    if observation is not None and observation.get("incarnation") == w.fresh_from:
+        w.cursor = observation["runs"]
+        return True
+    if restarted is not None:
+        w.fresh_from = None
+        w.cursor, w.inc = 0, restarted
+        return True
+    return False
 
 
 def _poll(w: Watched, clients: readings.Clients) -> Optional[Event]:
@@ -280,10 +336,14 @@ def _poll(w: Watched, clients: readings.Clients) -> Optional[Event]:
     client = clients.get(w.job.plugin)
     observation = channel.last_run(client, w.agent, w.host, w.job, w.cursor, w.inc)
     if observation is not None:
+        if _past_fresh(w, observation, None):
+            return _poll(w, clients)  # an old session's turn: the next one at once
         return _settled(w, observation, clients)
     if w.inc is not None:
         reading = channel.read_state(client, w.agent, w.host, w.job)
         if reading.incarnation is not None and reading.incarnation != w.inc:
+            if _past_fresh(w, None, reading.incarnation):
+                return _poll(w, clients)  # the fresh's session: its first turn may have settled
             return Event(w.name, "restarted", None, {"incarnation": reading.incarnation, "was": w.inc})
     w.poll_at = time.monotonic() + w.poll_every
     w.poll_every = min(POLL_MAX_S, w.poll_every * 2)
@@ -308,6 +368,12 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
             if w.watch is not None and w.watch.fired:
                 assert w.cursor is not None
                 ended = channel.ended(w.watch, w.name, w.cursor, w.inc)
+                restarted = ended.incarnation if ended.event == "restarted" else None
+                if _past_fresh(w, ended.observation, restarted):
+                    # not the awaited fresh's event: watch on from the moved cursor
+                    if not _watch(w, clients):
+                        w.polling, w.poll_at = True, 0.0
+                    continue
                 if ended.event == "restarted":
                     return Event(w.name, "restarted", None, {"incarnation": ended.incarnation, "was": w.inc})
                 assert ended.observation is not None

@@ -41,6 +41,8 @@ METHODS = {
 KIND_OF = {method: kind for kind, method in METHODS.items()}
 # The methods whose params carry the msgId: only these can a receipt prove.
 CARRY_MSG_ID = frozenset({"channel.send", "channel.fresh", "channel.interrupt"})
+# The methods that take `expectIncarnation` (protocol "The channel").
+EXPECT_INCARNATION = frozenset({"send", "fresh", "command", "interrupt"})
 # The methods whose reply is a deliveryResult ({channel, ack, baseline?, msgId?}).
 DELIVERY_RESULT = frozenset({"channel.send", "channel.fresh", "channel.command"})
 
@@ -134,7 +136,7 @@ def params(request: Request, *, target: Dict[str, Any], msg_id: str, first_promp
         out.update(keys=list(request.keys), force=request.force)
     else:
         raise ValueError(f"no delivery kind {kind!r}")
-    if expect_incarnation is not None and kind in ("send", "fresh", "command", "interrupt"):
+    if expect_incarnation is not None and kind in EXPECT_INCARNATION:
         out["expectIncarnation"] = expect_incarnation
     return out
 
@@ -174,13 +176,11 @@ class Baseline(NamedTuple):
 
 def baseline_of(method: str, result: Dict[str, Any], sent: Dict[str, Any]) -> Baseline:
     """The turn count a checked reply says the delivery's wait counts from,
-    with its incarnation when known (the reply's, else the one mu expected)."""
+    with its incarnation when known (the reply's, else the one mu expected).
+    A fresh's is the incarnation it was sent to: the session it ends, which
+    its wait starts in and follows through the restart the fresh makes
+    (`mu.store.deliveries.Cursor`); the reply does not name the new one."""
     expected = sent.get("expectIncarnation")
-    if method == "channel.fresh":
-        # a fresh starts a new session: its baseline counts in an incarnation
-        # the reply does not name, never the one mu expected before it (else
-        # its own wait would read its new session as `restarted`)
-        return Baseline(result.get("baseline"), None, result.get("ack"))
     if method in DELIVERY_RESULT:
         return Baseline(result.get("baseline"), expected, result.get("ack"))
     if method == "channel.interrupt":

@@ -61,6 +61,16 @@ def set_first_inc(conn: sqlite3.Connection, workstream: str, name: str, first_in
     conn.execute("UPDATE agents SET first_inc = ? WHERE workstream = ? AND name = ?", (first_inc, workstream, name))
 
 
+def set_incarnation(conn: sqlite3.Connection, workstream: str, name: str, incarnation: Optional[int]) -> bool:
+    """The channel incarnation mu now knows the agent runs; None: mu knows
+    none (a fresh not taken yet).  True when the row changed."""
+    value = None if incarnation is None else str(incarnation)
+    changed = conn.execute(
+        "UPDATE agents SET incarnation = ? WHERE workstream = ? AND name = ? AND incarnation IS NOT ?",
+        (value, workstream, name, value))
+    return changed.rowcount > 0
+
+
 def clear_pane(conn: sqlite3.Connection, workstream: str, name: str) -> None:
     """The row names no pane: its spawn ended the pane before it finished."""
     conn.execute("UPDATE agents SET pane = NULL WHERE workstream = ? AND name = ?", (workstream, name))

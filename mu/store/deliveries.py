@@ -173,3 +173,27 @@ def last_baseline(conn: sqlite3.Connection, workstream: str, name: str) -> Optio
     if row is None:
         return None
     return Baseline(int(row[0]), None if row[1] is None else int(row[1]))
+
+
+class Cursor(NamedTuple):
+    """What `mu wait` counts from after the agent's last delivery with a
+    baseline: its runs and incarnation, and whether it was a `fresh`.  A
+    fresh's `incarnation` is the one it was sent to (the session it ends:
+    its own session's number is not known when it is sent), so its wait
+    starts in that one and follows the restart the fresh makes."""
+
+    runs: int
+    incarnation: Optional[int]
+    fresh: bool
+
+
+def last_cursor(conn: sqlite3.Connection, workstream: str, name: str) -> Optional[Cursor]:
+    """`last_baseline` with the delivery's kind (`mu wait`'s cursor)."""
+    row = conn.execute(
+        "SELECT baseline_runs, baseline_inc, kind FROM deliveries WHERE workstream = ? AND name = ?"
+        " AND state = 'accepted' AND baseline_runs IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        (workstream, name),
+    ).fetchone()
+    if row is None:
+        return None
+    return Cursor(int(row[0]), None if row[1] is None else int(row[1]), row[2] == "fresh")
