@@ -357,7 +357,7 @@ def wait(agents: Optional[List[str]] = None, after: Optional[int] = None, timeou
          report: Optional[Any] = None) -> WaitResult:
     """The first event among `agents` (every live agent when none).
     `report(result)` is called with the event before the in-life collect
-    that may follow it.  Raises `WaitTimedOut` (exit 124) when `timeout_s`
+    that may follow it.  Raises `mu.errors.TimedOut` (exit 124) when `timeout_s`
     runs out first; `NotFound` or `UsageError` (exit 2) for bad input."""
     from mu.agents import wait as waiting
 

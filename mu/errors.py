@@ -183,6 +183,13 @@ class Cancelled(CallError):
     refusal, never an unknown outcome (protocol, "Timeouts and cancel")."""
 
 
+class TimedOut(MuError):
+    """A timeout the user set ran out with nothing to report (`mu wait
+    --timeout`): exit 124, as timeout(1)."""
+
+    exit_code = EXIT_TIMED_OUT
+
+
 class Terminating(BaseException):
     """A SIGINT, SIGTERM or SIGHUP reached mu.
 

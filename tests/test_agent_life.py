@@ -296,6 +296,20 @@ def test_release_is_refused_while_agents_use_the_host(bound, isolated):
     assert not Path(bound.home).exists()
 
 
+def test_no_spawn_while_a_release_is_pending(bound, isolated):
+    # mu dies right after the release's intent is written: until the
+    # release is settled, a spawn could start a job on a host going away
+    left = run_mu("host", "release", "box", env={"MU_CRASH_AT": "intent-written@host.release"})
+    assert left.returncode != 0
+    refused = spawn("w/late")
+    assert refused.returncode == 2
+    assert "being released" in one_error_line(refused) and "mu host release box" in refused.stderr
+    assert rows(isolated, "jobs") == [] and rows(isolated, "agents") == []
+    assert run_mu("host", "release", "box").returncode == 0
+    assert spawn("w/late").returncode == 2  # released now: refused by its state
+    assert rows(isolated, "jobs") == []
+
+
 # -- a --plugin profile ------------------------------------------------------------------
 
 

@@ -283,6 +283,10 @@ def _admit(conn: sqlite3.Connection, host: Union[ProviderHost, Profile]) -> None
     if shown == "draining":
         raise Refused(f"host {host.name} is draining: its deadline is inside the margin",
                       "acquire another host for new agents")
+    pending = intents.pending(host.subject, conn)
+    if pending is not None and pending.method == "host.release":
+        raise Refused(f"host {host.name} is being released: no agent can spawn there",
+                      f"`mu host release {host.name}` settles that release")
     if host.max_jobs is not None and jobs.count_on_host(conn, host.name) >= host.max_jobs:
         raise Refused(f"host {host.name} runs its most jobs ({host.max_jobs})")
 

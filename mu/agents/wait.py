@@ -45,7 +45,7 @@ with `deadlineAt` or `idleReclaimMs`, and after the caller has shown the
 event (`report`), one in-life collect of the agent runs, retried with
 backoff on failure; it never clears the final collect.
 
-A wait with no event before `timeout_s` ends with `WaitTimedOut` (exit
+A wait with no event before `timeout_s` ends with `TimedOut` (exit
 124).  Nothing here writes but the deadline record; nothing calls an
 effect.
 """
@@ -63,12 +63,12 @@ from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import (
     EXIT_DEADLINE,
     EXIT_OK,
-    EXIT_TIMED_OUT,
     EXIT_USAGE,
     MuError,
     NotFound,
     Permanent,
     Refused,
+    TimedOut,
     UsageError,
 )
 from mu.runtime.watches import Watch, wait_any
@@ -82,12 +82,6 @@ EVENTS = ("settled", "dead", "restarted", "deadline")
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0  # lastRun polling, where there is no watch
 LIVENESS_FIRST_S, LIVENESS_MAX_S = 0.25, 2.0  # job.status while waiting
 COLLECT_PAUSES_S = (0.5, 2.0, 5.0)  # an in-life collect that failed is tried again after these
-
-
-class WaitTimedOut(MuError):
-    """`mu wait --timeout` ran out with no event (exit 124, as timeout(1))."""
-
-    exit_code = EXIT_TIMED_OUT
 
 
 class Event(NamedTuple):
@@ -170,7 +164,7 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
          report: Optional[Callable[[Event], None]] = None) -> Tuple[Event, Collected]:
     """The first event among the agents `names` (every live agent when
     empty), and what the in-life collect after it did.  `report` is called
-    with the event before that collect.  Raises `WaitTimedOut` (exit 124)
+    with the event before that collect.  Raises `TimedOut` (exit 124)
     when `timeout_s` runs out first, `NotFound`/`UsageError` (exit 2) for
     bad input."""
     check_after(after)
@@ -395,7 +389,7 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
         if early is not None:
             return early
         if until is not None and until.expired:
-            raise WaitTimedOut(f"no event from {_names(live)} within {timeout_s:g} s")
+            raise TimedOut(f"no event from {_names(live)} within {timeout_s:g} s")
         wake = [liveness_at] + [w.poll_at for w in live if w.polling]
         margin_at = _next_margin(live, margin_ms)
         if margin_at is not None:

@@ -293,12 +293,7 @@ def release(name: str) -> str:
             raise in_use(host)
         if host.state != "ready":
             raise Refused(f"host {name!r} is {host.state}")
-        users = agents_on(name)
-        if users:
-            # DESIGN "Collects": a release would take their work with it
-            raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"
-                          f"{' ...' if len(users) > 10 else ''}",
-                          f"close them with `mu agent close <agent>`, or `mu host release {name} --force`")
+        _refuse_used(name)
         require_instance(client, host)
         engine.perform(
             client,
@@ -306,6 +301,10 @@ def release(name: str) -> str:
             method="host.release",
             key=host.key,
             params={"target": host.target(), "key": host.key},
+            # again in the intent's transaction: a spawn's job record is
+            # written in one too, and its admission refuses a host with a
+            # pending release, so one of the two always sees the other
+            before=lambda conn: _refuse_used(name, conn),
             record=lambda conn, _: hosts.set_state(conn, name, "released"),
             check=lambda r: "" if r is None else "host.release answers null",
         )
@@ -378,9 +377,18 @@ def is_provider_host(name: str) -> bool:
     return isinstance(hosts.find(name), ProviderHost)
 
 
-def agents_on(name: str) -> List[str]:
+def agents_on(name: str, conn: Optional[sqlite3.Connection] = None) -> List[str]:
     """The agents (and leftover job records) that use host `name`."""
-    return sorted({job.agent or job.token for job in jobs.on_host(name)})
+    return sorted({job.agent or job.token for job in jobs.on_host(name, conn)})
+
+
+def _refuse_used(name: str, conn: Optional[sqlite3.Connection] = None) -> None:
+    # DESIGN "Collects": a release would take the work of its agents with it
+    users = agents_on(name, conn)
+    if users:
+        raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"
+                      f"{' ...' if len(users) > 10 else ''}",
+                      f"close them with `mu agent close <agent>`, or `mu host release {name} --force`")
 
 
 def remove(name: str) -> Host:

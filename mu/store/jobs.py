@@ -111,9 +111,12 @@ def started_on_host(conn: sqlite3.Connection, host: str) -> List[Job]:
                                           (host,))]
 
 
-def on_host(host: str) -> List[Job]:
-    with db.reading() as conn:
-        return [_job(r) for r in conn.execute("SELECT * FROM jobs WHERE host = ? ORDER BY agent, token", (host,))]
+def on_host(host: str, conn: Optional[sqlite3.Connection] = None) -> List[Job]:
+    """The job records on `host`, by agent; in `conn`'s transaction when given."""
+    if conn is None:
+        with db.reading() as conn:
+            return on_host(host, conn)
+    return [_job(r) for r in conn.execute("SELECT * FROM jobs WHERE host = ? ORDER BY agent, token", (host,))]
 
 
 def owe_collect(conn: sqlite3.Connection, token: str) -> None:
