@@ -22,14 +22,12 @@ implies instead of testing its type.  Only records are read here.
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional, Union
+from typing import Optional
 
 from mu.store import hosts
 from mu.store.agents import Agent
-from mu.store.hosts import Profile, ProviderHost
+from mu.store.hosts import Host, ProviderHost
 from mu.store.jobs import Job
-
-Host = Union[ProviderHost, Profile]
 
 PROVIDER, PROFILE = "provider", "profile"
 

@@ -24,7 +24,7 @@ from mu.runtime import groups, identity
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import agents, db, deliveries, intents, jobs, plugins, tasks
-from mu.store.hosts import ProviderHost
+from mu.store.hosts import Host
 from mu.store.jobs import Job
 
 JOB_SEAM = frozenset({"job"})
@@ -40,7 +40,7 @@ def client_for(plugin: str) -> PluginClient:
     return PluginClient(plugin, record.argv, recorded=record.handshake, needed_seams=JOB_SEAM)
 
 
-def target(host: ProviderHost, job: Job) -> Dict[str, Any]:
+def target(host: Host, job: Job) -> Dict[str, Any]:
     return {"host": host.target()["host"], "job": job.job_target()}
 
 
@@ -182,7 +182,7 @@ def resolve_start(client: PluginClient, job: Job) -> Tuple[str, Optional[Dict[st
     return outcome, seen.get("result")
 
 
-def stop(client: PluginClient, host: ProviderHost, job: Job, *, failed_spawn: bool = False) -> None:
+def stop(client: PluginClient, host: Host, job: Job, *, failed_spawn: bool = False) -> None:
     """`job.stop` as an effect; on its null the job record and its agent
     row go in the same transaction as the intent (and, for a spawn that
     failed after its start, the task it claimed is given back)."""
@@ -205,7 +205,7 @@ def stop(client: PluginClient, host: ProviderHost, job: Job, *, failed_spawn: bo
     )
 
 
-def owe_stop(client: PluginClient, host: ProviderHost, job: Job, *, pane_closed: bool = False) -> None:
+def owe_stop(client: PluginClient, host: Host, job: Job, *, pane_closed: bool = False) -> None:
     """Record `job.stop` as owed without sending it: the intent a crash at
     `intent-written@job.stop` leaves.  For a spawn that a signal ends after
     its start: once mu is terminating no request may be sent (protocol
@@ -225,7 +225,7 @@ def owe_stop(client: PluginClient, host: ProviderHost, job: Job, *, pane_closed:
                       instance=job.instance, writer=identity.me(), plugin_group=group)
 
 
-def status(client: PluginClient, host: ProviderHost, job: Job) -> Dict[str, Any]:
+def status(client: PluginClient, host: Host, job: Job) -> Dict[str, Any]:
     """`job.status`, a read: never resolves an intent.  A reply that fails
     its schema reads as `unknown`, never as running."""
     require_instance(client, job)

@@ -31,13 +31,13 @@ from mu.runtime.client import PluginClient
 from mu.runtime.watches import Watch
 from mu.schema import result_problem
 from mu.store.agents import Agent
-from mu.store.hosts import ProviderHost
+from mu.store.hosts import Host
 from mu.store.jobs import Job
 
 TURN_STATES = ("idle", "busy", "blocked", "unknown")
 
 
-def target(agent: Agent, host: ProviderHost, job: Job) -> Dict[str, Any]:
+def target(agent: Agent, host: Host, job: Job) -> Dict[str, Any]:
     """`target` for a call about `agent`: its host (with handle and
     instance), its job, and the agent with the incarnation mu last knew
     (0 before mu learned one: the schema wants a number)."""
@@ -90,7 +90,7 @@ def unknown(reason: str) -> Reading:
     return Reading("unknown", reason=reason)
 
 
-def read_state(client: PluginClient, agent: Agent, host: ProviderHost, job: Job,
+def read_state(client: PluginClient, agent: Agent, host: Host, job: Job,
                timeout_s: float = READ_TIMEOUT_S) -> Reading:
     """`channel.readStates` for this one agent.  Raises what the call
     raises (a plugin that cannot answer); an answer that holds no valid
@@ -113,7 +113,7 @@ def read_state(client: PluginClient, agent: Agent, host: ProviderHost, job: Job,
                    mine.get("pending"))
 
 
-def baseline(client: PluginClient, agent: Agent, host: ProviderHost, job: Job,
+def baseline(client: PluginClient, agent: Agent, host: Host, job: Job,
              timeout_s: float = READ_TIMEOUT_S) -> Optional[Dict[str, Any]]:
     """`channel.baseline`: `{runs, incarnation?}`, or None when the channel
     has none yet.  An invalid answer is `Unanswered`."""
@@ -143,7 +143,7 @@ def check_observation(plugin: str, method: str, agent: str, observation: Any, af
     return observation
 
 
-def last_run(client: PluginClient, agent: Agent, host: ProviderHost, job: Job, after_runs: int,
+def last_run(client: PluginClient, agent: Agent, host: Host, job: Job, after_runs: int,
              inc: Optional[int] = None, timeout_s: float = READ_TIMEOUT_S) -> Optional[Dict[str, Any]]:
     """`channel.lastRun`: the settled turn past `after_runs` as an
     observation, or None while there is none.  An observation that is not
@@ -159,7 +159,7 @@ def last_run(client: PluginClient, agent: Agent, host: ProviderHost, job: Job, a
     return check_observation(client.name, "channel.lastRun", agent.agent, answer, after_runs, inc)
 
 
-def watch(client: PluginClient, agent: Agent, host: ProviderHost, job: Job, after_runs: Optional[int],
+def watch(client: PluginClient, agent: Agent, host: Host, job: Job, after_runs: Optional[int],
           inc: Optional[int] = None, timeout_s: float = READ_TIMEOUT_S) -> Watch:
     """`channel.watch`; the reply opens the returned `Watch`, which then
     gets exactly one notification (protocol "The channel").  A reply that
