@@ -302,3 +302,76 @@ def test_a_plugin_killed_while_it_waits_for_the_take_leaves_one_delivery(agent):
         assert json.loads((again.folder / "deliveries" / "m-m-1.json").read_text())["result"] == result
     finally:
         again.client.stop()
+
+
+def test_the_channel_names_the_first_incarnation_from_the_start_and_refuses_a_stale_one(sshd, monkeypatch):  # noqa: F811
+    """protocol "The channel" (`channel.baseline`, `expectIncarnation`) and
+    "Errors": the baseline names incarnation 1 from the job's start, before
+    the agent wrote turn.json (null once the job ended without one), and a
+    delivery that expects another incarnation than the agent runs is
+    `permanent`, with nothing delivered."""
+    monkeypatch.setenv("MU_PANES", "headless")
+    assert run_mu("plugin", "add", "ssh", "--", *sshd.plugin_argv()).returncode == 0
+    assert run_mu("host", "add", "box", "--plugin", "ssh").returncode == 0
+    gate = sshd.folder / "gate"  # the agent starts on its folder once it exists
+    held = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done; exec {sys.executable} {DEMO}'"
+    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", held, timeout=60)
+    assert spawned.returncode == 0, spawned.stderr
+    shown = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)
+    sshd.key = shown["job"]
+    drive = Driver(sshd)
+    try:
+        assert not (drive.folder / "turn.json").exists()
+        assert drive.call("channel.baseline") == {"runs": 0, "incarnation": 1}
+        assert shown["incarnation"] == 1, shown  # mu recorded it at the spawn, from the channel
+        for method, params in (("channel.send", send("m-1", "x")), ("channel.fresh", {"text": "x", "msgId": "m-1",
+                                                                                    "force": False}),
+                               ("channel.command", {"name": "review", "force": False}),
+                               ("channel.interrupt", {"text": "x", "msgId": "m-1", "timeoutMs": 1000})):
+            with pytest.raises(Permanent, match="runs incarnation 1, not the 2 expected"):
+                drive.call(method, expectIncarnation=2, **params)
+        assert not list(drive.folder.glob("inbox/*.json")) and not list(drive.folder.glob("deliveries/*.json"))
+        # the session it will start is taken; the agent takes it once it runs
+        early = drive.call("channel.send", expectIncarnation=1, **send("m-1", "plant a tree"))
+        assert early == {"channel": "ssh", "ack": "unknown", "baseline": 0, "msgId": "m-1"}
+        gate.write_text("")
+        assert "plant a tree" in drive.settled(1)["lastText"]
+
+        # after a fresh the agent runs incarnation 2: one that expects 1 is refused
+        drive.call("channel.fresh", expectIncarnation=1, text="start over", msgId="f-1", force=False)
+        drive.settled(1, inc=2)
+        for method, params in (("channel.send", send("m-2", "x")), ("channel.fresh", {"text": "x", "msgId": "m-2",
+                                                                                    "force": False}),
+                               ("channel.command", {"name": "review", "force": False}),
+                               ("channel.interrupt", {"text": "x", "msgId": "m-2", "timeoutMs": 1000})):
+            with pytest.raises(Permanent, match="runs incarnation 2, not the 1 expected"):
+                drive.call(method, expectIncarnation=1, **params)
+        assert not (drive.folder / "inbox" / "m-2.json").exists() and drive.taken("m-2") == []
+        assert not list(drive.folder.glob("deliveries/*m-2*")) and not list(drive.folder.glob("deliveries/command-*"))
+        with pytest.raises(Permanent, match="expectIncarnation must be a whole number"):
+            drive.call("channel.send", expectIncarnation="2", **send("m-2", "x"))
+        # the refused msgId is not spent: the session it runs takes it
+        assert drive.call("channel.send", expectIncarnation=2, **send("m-2", "water it"))["ack"] == "confirmed"
+        assert "water it" in drive.settled(2, inc=2)["lastText"]
+        assert drive.call("channel.baseline") == {"runs": 2, "incarnation": 2}
+    finally:
+        drive.client.stop()
+    closed = run_mu("agent", "close", "w/a", timeout=60)
+    assert closed.returncode == 0, closed.stderr
+
+    # a job that ended before its agent wrote a turn record: no baseline
+    gate.unlink()
+    spawned = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", held, timeout=60)
+    assert spawned.returncode == 0, spawned.stderr
+    key = json.loads(run_mu("agent", "show", "w/b", "--json").stdout)["job"]
+    other = PluginClient("ssh", sshd.plugin_argv())
+    where = {"target": dict(target(key), agent={"workstream": "w", "name": "b", "incarnation": 1})}
+    try:
+        assert other.call("channel.baseline", where, timeout_s=40) == {"runs": 0, "incarnation": 1}
+        closed = run_mu("agent", "close", "w/b", timeout=60)
+        assert closed.returncode == 0, closed.stderr
+        assert not (sshd.work / "jobs" / job_name(key) / "turn.json").exists()
+        assert other.call("channel.baseline", where, timeout_s=40) is None
+    finally:
+        other.stop()
+    assert sshd.remote_processes("MU_AGENT", "w/b") == {}

@@ -20,6 +20,14 @@ What a caller may rely on:
 - `channel.readStates` answers only the job's own agent (recorded at
   `job.start`), from turn.json; `unknown` before the agent wrote one or
   when the host cannot be read.  Liveness is never read here.
+- `channel.baseline` is turn.json's {runs, incarnation}; before the agent
+  wrote it, {runs: 0, incarnation: 1} once the job started (the session
+  the demo agent starts on a folder without a turn record is the first);
+  null when the job never started or ended without one.
+- A send, fresh, command or interrupt that carries expectIncarnation is
+  refused (`permanent`, nothing delivered) unless the agent runs that
+  incarnation, checked on the host under the lock with the other
+  refusals, in the same round trip.
 - Every delivery (send, fresh, interrupt, command, abort, answer) is made
   once: its record (`deliveries/<rec>.json`: `m-<msgId as a file name>`,
   or for command, abort and answer, which carry no msgId, `<kind>-<40 hex
@@ -115,8 +123,13 @@ mu_num() { mu_v=${2#*\"$1\":}; mu_v=${mu_v%%[!0-9]*}; printf '%s' "$mu_v"; }
 # it is idle and nothing of its own kind is queued before it).  Then,
 # under the lock again: the result, once ("done" and the result), or the
 # first one ("recorded"), or "queued" and the files a prediction needs.
+# A ninth argument, the expected incarnation ("-": none), adds a refusal
+# ("stale <the current one>") when turn.json names another, 1 before
+# there is one.  The first "incarnation": in turn.json is the record's own:
+# the demo agent writes sorted keys (no key before it holds an object), and
+# a quote inside a string is escaped.
 DELIVER = remote.PRELUDE + r"""
-J=$W/jobs/$1; rec=$2; name=$3; kind=$4; digest=$5; cutoff=$6; wait_ms=$7; force=$8
+J=$W/jobs/$1; rec=$2; name=$3; kind=$4; digest=$5; cutoff=$6; wait_ms=$7; force=$8; expect=$9
 [ -d "$J" ] || { echo gone; exit 0; }
 """ + CHANNEL + r"""
 IFS= read -r r; IFS= read -r m; IFS= read -r ok
@@ -138,6 +151,10 @@ fi
 new=1
 if [ -n "$old" ] && { [ -f "$J/inbox/$name.json" ] || [ -f "$J/taken/$name.json" ]; }; then new=0; fi
 if [ "$new" = 1 ]; then
+  if [ "$expect" != - ]; then
+    now_inc=$(mu_num incarnation "$(cat -- "$J/turn.json" 2>/dev/null)")
+    [ "${now_inc:-1}" = "$expect" ] || { echo "stale ${now_inc:-1}"; exit 0; }
+  fi
   if [ -e "$J/fenced/$name.json" ]; then echo fenced; exit 0; fi
   if [ -e "$J/exit" ] || [ -e "$J/stopped" ]; then echo ended; exit 0; fi
   if [ "$kind" = answer ] && [ "$force" != 1 ] && ! grep -q '"pending":' "$J/turn.json" 2>/dev/null; then
@@ -276,11 +293,19 @@ class ChannelSeam:
 
     @sdk.method("channel.baseline")
     def baseline(self, params: Dict[str, Any], call: Any) -> Optional[Dict[str, Any]]:
-        files = self._read(call, ["turn.json"])
+        # one round trip: the turn record and the job's markers (remote.JOB_START, JOB_STOP)
+        files = self._read(call, ["turn.json", "started", "exit", "stopped", "fenced"])
         if files is None:
             raise sdk.Permanent("the host has no such job")
         turn = _turn(files)
-        return None if turn is None else {"runs": turn["runs"], "incarnation": turn["incarnation"]}
+        if turn is not None:
+            return {"runs": turn["runs"], "incarnation": turn["incarnation"]}
+        if "started" not in files or any(name in files for name in ("exit", "stopped", "fenced")):
+            return None  # the job never ran, or ended before its agent wrote a turn record
+        # protocol "The channel" (`channel.baseline`): the session the demo
+        # agent starts on a folder without a turn record is the first, so
+        # the channel names it from the job's start, before any turn
+        return {"runs": 0, "incarnation": FIRST_INCARNATION}
 
     @sdk.method("channel.lastRun")
     def last_run(self, params: Dict[str, Any], call: Any) -> Optional[Dict[str, Any]]:
@@ -342,13 +367,13 @@ class ChannelSeam:
         mode = params.get("mode")
         if mode not in ("followUp", "steer"):
             raise sdk.Permanent("mode must be followUp or steer")
-        message = {"text": _text(params), "force": params.get("force") is True,
-                   "firstPrompt": params.get("firstPrompt") is True}
+        message = _expect(params, {"text": _text(params), "force": params.get("force") is True,
+                                   "firstPrompt": params.get("firstPrompt") is True})
         return self._deliver(params, call, "steer" if mode == "steer" else "send", message, _msg_id(params))
 
     @sdk.method("channel.fresh")
     def fresh(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        message = {"text": _text(params), "force": params.get("force") is True}
+        message = _expect(params, {"text": _text(params), "force": params.get("force") is True})
         return self._deliver(params, call, "fresh", message, _msg_id(params))
 
     @sdk.method("channel.command")
@@ -359,13 +384,13 @@ class ChannelSeam:
         instructions = params.get("instructions", "")
         if not isinstance(instructions, str):
             raise sdk.Permanent("instructions must be a string")
-        message = {"name": name, "instructions": instructions, "force": params.get("force") is True}
+        message = _expect(params, {"name": name, "instructions": instructions, "force": params.get("force") is True})
         return self._deliver(params, call, "command", message, None)
 
     @sdk.method("channel.interrupt")
     def interrupt(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         _timeout_ms(params)
-        return self._deliver(params, call, "interrupt", {"text": _text(params)}, _msg_id(params))
+        return self._deliver(params, call, "interrupt", _expect(params, {"text": _text(params)}), _msg_id(params))
 
     @sdk.method("channel.abort")
     def abort(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -406,8 +431,9 @@ class ChannelSeam:
         wait = TAKE_WAIT_S if kind not in ("interrupt", "abort") else params.get("timeoutMs", DEFAULT_TIMEOUT_MS) / 1000.0
         wait = max(0.0, min(wait, end - time.monotonic() - REPLY_MARGIN_S))
         stdin = "\n".join([_line(record), _line(message), self._taken_result(kind, message["msgId"], params)]) + "\n"
+        expect = fields.get("expectIncarnation")
         args = [job_name(key), rec, name, kind, digest, str(cutoff), str(int(wait * 1000)),
-                "1" if fields.get("force") else "0"]
+                "1" if fields.get("force") else "0", "-" if expect is None else str(expect)]
         # protocol "The channel": the lock is .channel.lock, held with flock(1) on the host
         lines = conn.op(DELIVER, args, end, call, data=stdin.encode("ascii"), acts=True)
         word = lines[0] if lines else ""
@@ -424,6 +450,12 @@ class ChannelSeam:
             raise sdk.UnknownOutcome("the host's record of %s is not a delivery record" % rec)
         if word == "other":
             raise sdk.Permanent(_other_params(msg_id, rec))
+        if word.startswith("stale "):
+            # protocol "The channel" (`expectIncarnation`) and "Errors": a
+            # delivery meant for another session than the one the agent
+            # runs is refused, and nothing happened (`permanent`)
+            raise sdk.Permanent("stale incarnation: the agent runs incarnation %s, not the %d expected;"
+                                " nothing was delivered" % (word[len("stale "):], expect))
         if word == "fenced":
             raise sdk.Permanent("msgId %s was declared not-accepted by a receipt; it is never delivered" % msg_id)
         if word == "ended":
@@ -678,6 +710,17 @@ def _msg_id(params: Dict[str, Any]) -> str:
     if not isinstance(msg_id, str) or not msg_id:
         raise sdk.Permanent("the call needs a msgId")
     return msg_id
+
+
+def _expect(params: Dict[str, Any], fields: Dict[str, Any]) -> Dict[str, Any]:
+    """`fields` with the call's expectIncarnation, when it names one (the
+    host checks it under the channel lock: DELIVER)."""
+    value = params.get("expectIncarnation")
+    if value is not None:
+        if not _is_count(value):
+            raise sdk.Permanent("expectIncarnation must be a whole number")
+        fields["expectIncarnation"] = value
+    return fields
 
 
 def _other_params(msg_id: Optional[str], rec: str) -> str:
