@@ -17,7 +17,7 @@ checkpoints and syncs it, which used to cost milliseconds per unit of work).
 `python bench/store_writes.py --row-instructions` prints instead what one
 journaled call costs in CPU instructions, counted by valgrind's callgrind
 (repeatable on a loaded machine, where clocks are not): a child journals
-N call entries through the call path's own `record_later` and formatter,
+N calls through the call path's own `Journal.record_call`,
 flushing every 1,000, for two values of N; the difference over the
 difference in N is one entry's cost, recording and flush included.
 """
@@ -157,7 +157,6 @@ def journal_calls(count: int) -> None:
     1,000 (about what a quarter second holds at the pinned round trip)."""
     folder = tempfile.mkdtemp(prefix="mu-bench-rows-")
     os.environ["MU_STATE_DIR"] = folder
-    from mu.runtime.process import _call_entry
     from mu.store import db
     from mu.store.journal import Journal
 
@@ -168,7 +167,7 @@ def journal_calls(count: int) -> None:
     journal.flush()
     target = {"host": {"name": "box"}}
     for i in range(count):
-        journal.record_later(_call_entry, ("bench.echo", target, 0.0001, "ok"), plugin="bench", pid=12345)
+        journal.record_call("bench", 12345, "bench.echo", target, 0.0001, "ok")
         if i % 1000 == 999:
             journal.flush()
     journal.flush()

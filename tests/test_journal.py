@@ -262,3 +262,87 @@ def test_a_flush_folds_white_space_only_where_it_must(tmp_path):
     j.flush()
     folded = [e.text for e in query(path=path)][len(plain):]
     assert folded == ["tab here", "lead", "trail", "two spaces", "nbsp here", "line sep", "untouched"]
+
+
+def test_calls_are_rows_of_their_own_in_mu_log(tmp_path):
+    # A run of calls of one plugin process is one row; read back, each call
+    # is an entry of its own, in recording order among the other entries,
+    # with its own time, its text, and an id that sorts (and is unique).
+    import sqlite3
+
+    path = str(tmp_path / "j.db")
+    j = Journal(path, background=False)
+    box = {"host": {"name": "box"}, "job": {"key": "k1"}, "agent": {"workstream": "ws", "name": "a1"}}
+    j.record("start", plugin="p", pid=10)
+    j.record_call("p", 10, "link.exec", box, 0.0125, "ok")
+    time.sleep(0.01)
+    j.record_call("p", 10, "fake.echo", None, 0.0001, "retryable")
+    j.record_call("q", 11, "fake.echo", {"host": {"name": "two  words"}}, 1.5, "unanswered")
+    j.record("between", plugin="p", pid=10)
+    j.record_call("p", 10, "fake.echo", {}, 0.002, "ok")
+    j.flush()
+    entries = query(path=path)
+    assert [(e.plugin, e.pid, e.text) for e in entries] == [
+        ("p", 10, "start"),
+        ("p", 10, "call link.exec host=box job=k1 agent=ws/a1 12.5ms ok"),
+        ("p", 10, "call fake.echo 0.1ms retryable"),
+        ("q", 11, "call fake.echo host=two words 1500.0ms unanswered"),
+        ("p", 10, "between"),
+        ("p", 10, "call fake.echo 2.0ms ok"),
+    ]
+    ids = [e.id for e in entries]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(len(i) == 36 and i[14] == "7" for i in ids)  # UUIDv7s
+    assert entries[2].at >= entries[1].at + 10  # each call its own time
+    with sqlite3.connect(path) as conn:  # calls answered ok are rows of calls; the others rows of text
+        rows = conn.execute("SELECT text, calls IS NOT NULL FROM journal ORDER BY id").fetchall()
+    assert [bool(is_calls) for _, is_calls in rows] == [False, True, False, False, False, True]
+    assert rows[2][0] == "call fake.echo 0.1ms retryable"
+    # every filter sees each call on its own
+    assert [e.text for e in query(path=path, grep=__import__("re").compile("retryable"))] == [entries[2].text]
+    assert [e.id for e in query(path=path, last=4)] == ids[2:]
+    assert [e.id for e in query(path=path, after_id=ids[1])] == ids[2:]
+    assert [e.id for e in query(path=path, after_id=ids[2])] == ids[3:]
+    assert [e.id for e in query(path=path, plugin="q")] == [ids[3]]
+    assert [e.id for e in query(path=path, pid=10, last=2)] == [ids[4], ids[5]]
+    assert [e.id for e in query(path=path, since_ms=entries[2].at)] == ids[2:]
+    assert [e.id for e in query(path=path, until_ms=entries[2].at)] == ids[:2]
+
+
+def test_a_damaged_row_of_calls_reads_as_one_entry_saying_so(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "j.db")
+    j = Journal(path, background=False)
+    j.record_call("p", 10, "fake.echo", None, 0.001, "ok")
+    j.flush()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE journal SET calls = '[[0, 1' WHERE calls IS NOT NULL")
+    assert [e.text for e in query(path=path)] == ["(a row of calls that could not be read)"]
+
+
+def test_a_burst_of_calls_is_one_row_and_reads_back_call_by_call(tmp_path):
+    # The flush of calls only, of one plugin process: one row, its calls as
+    # columns; every call comes back with its own kind, duration and id.
+    import sqlite3
+
+    path = str(tmp_path / "j.db")
+    j = Journal(path, background=False)
+    shared = {"host": {"name": "box"}}
+    for n in range(5):
+        j.record_call("p", 10, "link.exec" if n % 2 else "fake.echo", shared if n < 4 else {"host": {"name": "b2"}},
+                      0.001 * (n + 1), "ok")
+    j.flush()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*), min(text) FROM journal").fetchone() == (1, "")
+    entries = query(path=path)
+    assert [e.text for e in entries] == [
+        "call fake.echo host=box 1.0ms ok",
+        "call link.exec host=box 2.0ms ok",
+        "call fake.echo host=box 3.0ms ok",
+        "call link.exec host=box 4.0ms ok",
+        "call fake.echo host=b2 5.0ms ok",
+    ]
+    ids = [e.id for e in entries]
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert [e.id for e in query(path=path, last=2)] == ids[3:]

@@ -232,3 +232,30 @@ def test_decode_line_judges_a_whole_line_as_decode_does(line):
         assert str(caught.value) == str(e)
     else:
         assert framing.decode_line(line) == expected
+
+
+@pytest.mark.parametrize(
+    "method, params",
+    [
+        ("bench.echo", {"target": {"host": {"name": ""}}, "deadline": 1700000000000}),
+        ("m\u00e9\"thod", {"text": "a\nb\u00e9\u2028", "n": [1, 2.5, -0.0, 1e308], "ctl": "\x00\x1f"}),
+        ("x", {}),
+    ],
+)
+def test_a_request_line_is_the_bytes_of_its_envelope(method, params):
+    # made from its parts on every call's path: the same bytes as the whole
+    # envelope through the encoder, twice (the method's text is kept)
+    for _ in range(2):
+        assert envelope.request_line(41, method, params) == framing.encode(envelope.request(41, method, params))
+
+
+@pytest.mark.parametrize("value, error", [(float("nan"), ValueError), ({1, 2}, TypeError), ("\ud800", ValueError)])
+def test_a_request_line_refuses_what_json_cannot_carry(value, error):
+    with pytest.raises(error):
+        envelope.request_line(1, "m", {"x": value})
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError):
+        envelope.request_line(1, "m", loop)
+    with pytest.raises(framing.FramingError):
+        envelope.request_line(1, "m", {"big": "x" * framing.MAX_LINE_BYTES})

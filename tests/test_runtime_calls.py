@@ -226,3 +226,40 @@ def test_the_state_machine_refuses_a_move_it_does_not_have():
     for current, new in ((states.NEW, states.STOPPING), (states.EXITED, states.RUNNING), (states.STOPPING, states.RUNNING)):
         with pytest.raises(states.IllegalTransition):
             states.require(states.PROCESS, current, new)
+
+
+def test_a_line_written_after_a_call_while_nobody_waits_is_read(tmp_path):
+    # A call one at a time leaves stdout idle for the reactor to arm a moment
+    # later (no epoll_ctl a call): what the plugin writes after its reply,
+    # while no call is in flight and no watch open, is read all the same.
+    import os
+    import sys
+
+    from mu import environment
+    from mu.runtime.process import PluginProcess
+    from mu.store.journal import Journal
+
+    script = tmp_path / "mu-plugin-stray"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys, time\n"
+        "for line in sys.stdin:\n"
+        "    message = json.loads(line)\n"
+        "    if 'id' in message:\n"
+        "        os.write(1, (json.dumps({'jsonrpc': '2.0', 'id': message['id'], 'result': 7}) + '\\n').encode())\n"
+        "        time.sleep(0.005)\n"
+        "        os.write(1, b'not json\\n')\n"
+    )
+    script.chmod(0o755)
+    process = PluginProcess("stray", [str(script)], environment.plugin_environment(), Journal(str(tmp_path / "j.db")))
+    process.start()
+    try:
+        deadline = Deadline.after(5)
+        assert process.request("x.y", dict(TARGET, deadline=deadline.epoch_ms), deadline) == 7
+        assert not process.endpoint.busy
+        wait_for(lambda: process.broken is not None, timeout=5, what="the stray line to be read")
+        assert "not JSON" in process.broken
+        assert process.wait_stopped(7)
+    finally:
+        process.stop("test done")
+    assert not os.path.exists(f"/proc/{process.pid}/status") or groups.group_empty(process.pgid)

@@ -56,9 +56,8 @@ class Gate:
 
 class PendingCall:
     """One request in flight.  It is settled once: by a reply (`reply` set)
-    or by `fail` (`failure` set).  `wait()` also returns early when the call
-    is nudged, so that its waiter can take over reading for everyone.  A
-    `channel.watch` call whose reply opened a watch has it in `watch`."""
+    or by `fail` (`failure` set).  A `channel.watch` call whose reply
+    opened a watch has it in `watch`."""
 
     __slots__ = ("id", "method", "written", "reply", "failure", "opens_watch", "watch", "settled", "_gate")
 
@@ -71,34 +70,35 @@ class PendingCall:
         self.opens_watch = method in WATCH_METHODS
         self.watch: Optional[OpenWatch] = None
         self.settled = False  # a plain attribute, read on every call's path; set once, by `settle`
-        # A bare lock as a one-shot gate, held until a settle or a nudge
-        # opens it: an Event would cost a Condition per call, and most calls
-        # are read by their own thread and never wait on it at all.
-        self._gate = threading.Lock()
-        self._gate.acquire()
+        # A bare lock as a one-shot gate, made by the first `wait` (most
+        # calls are read by their own thread and never wait on it at all).
+        # Race: `settle` sets `settled` before it looks for the gate, and
+        # `wait` makes the gate before it asks `settled` again, so one of
+        # them sees the other.
+        self._gate: Optional[threading.Lock] = None
 
     def settle(self, reply: Optional[Reply] = None, failure: Optional[BaseException] = None) -> None:
         self.reply, self.failure = reply, failure
         self.settled = True
-        try:
-            self._gate.release()
-        except RuntimeError:
-            pass  # already open
-
-    def nudge(self) -> None:
-        self._open()
-
-    def _open(self) -> None:
-        try:
-            self._gate.release()
-        except RuntimeError:
-            pass  # already open
+        gate = self._gate
+        if gate is not None:
+            try:
+                gate.release()
+            except RuntimeError:
+                pass  # already open
 
     def wait(self, timeout: Optional[float]) -> bool:
-        """Wait until settled or nudged or `timeout`; returns `settled`.
-        Each wake-up closes the gate again behind it."""
+        """Wait until settled or `timeout`; returns `settled`.  For the
+        call's one waiter (its caller)."""
         if not self.settled:
-            self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+            gate = self._gate
+            if gate is None:
+                gate = threading.Lock()
+                gate.acquire()
+                self._gate = gate
+                if self.settled:
+                    return True
+            gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
         return self.settled
 
 
@@ -184,6 +184,18 @@ class Endpoint:
         """Some call is pending (a hint: it may change at once)."""
         return bool(self._pending)
 
+    @property
+    def in_flight(self) -> Dict[int, PendingCall]:
+        """The pending calls by id, the endpoint's own map: for a caller's
+        cheap "is any call in flight?" (`not in_flight`), never to change."""
+        return self._pending
+
+    @property
+    def watching(self) -> Dict[WatchId, OpenWatch]:
+        """The open watches by id, the endpoint's own map: for a cheap "is
+        any watch open?", never to change."""
+        return self._watches
+
     def open_watches(self) -> List[OpenWatch]:
         with self._lock:
             return list(self._watches.values())
@@ -234,7 +246,15 @@ class Endpoint:
                         # next line is routed: the notification may follow at once.
                         call.watch = self._open_watch_locked(watch_id)
                 del self._pending[message.id]
-            call.settle(reply=message)
+            # `call.settle(reply=message)`, written out: every reply's path
+            call.reply = message
+            call.settled = True
+            gate = call._gate
+            if gate is not None:
+                try:
+                    gate.release()
+                except RuntimeError:
+                    pass  # already open
             return
         watch_id = message.params["watchId"]
         with self._lock:

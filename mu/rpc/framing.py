@@ -80,6 +80,17 @@ def encode(message: Dict[str, Any]) -> bytes:
     return data + b"\n"
 
 
+def encode_text(value: Any) -> str:
+    """The JSON text of one value, as `encode` writes it inside a line (no
+    length check: the caller checks the line it makes of it)."""
+    try:
+        if _C_ENCODE is not None:
+            return "".join(_C_ENCODE(value, 0))
+        return _ENCODER.encode(value)
+    except RecursionError:
+        raise ValueError("message nests too deeply (or refers to itself)") from None
+
+
 def decode(line: bytes) -> Dict[str, Any]:
     """The message a line holds (without its newline)."""
     if len(line) > MAX_LINE_BYTES:
@@ -140,13 +151,13 @@ class LineSplitter:
     The limit is enforced while the line is still arriving, so a plugin that
     writes an endless line cannot make mu buffer more than 1 MiB of it."""
 
-    __slots__ = ("_partial",)
+    __slots__ = ("partial",)
 
     def __init__(self) -> None:
-        self._partial = bytearray()
+        self.partial = bytearray()  # an unfinished line; empty (false) when none
 
     def feed(self, data: bytes) -> List[bytes]:
-        if not self._partial and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
+        if not self.partial and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
             # one whole line, the usual read: no copy into the buffer
             if len(data) - 1 > MAX_LINE_BYTES:
                 raise FramingError(f"line of {len(data) - 1} bytes is over the 1 MiB limit")
@@ -157,22 +168,22 @@ class LineSplitter:
             end = data.find(b"\n", start)
             if end < 0:
                 break
-            if self._partial:
-                self._partial += data[start:end]
-                line = bytes(self._partial)
-                self._partial.clear()
+            if self.partial:
+                self.partial += data[start:end]
+                line = bytes(self.partial)
+                self.partial.clear()
             else:
                 line = data[start:end]
             if len(line) > MAX_LINE_BYTES:
                 raise FramingError(f"line of {len(line)} bytes is over the 1 MiB limit")
             lines.append(line)
             start = end + 1
-        self._partial += data[start:]
-        if len(self._partial) > MAX_LINE_BYTES:
+        self.partial += data[start:]
+        if len(self.partial) > MAX_LINE_BYTES:
             raise FramingError(f"line of over {MAX_LINE_BYTES} bytes is over the 1 MiB limit")
         return lines
 
     @property
     def pending(self) -> int:
         """Bytes of an unfinished line."""
-        return len(self._partial)
+        return len(self.partial)

@@ -157,52 +157,80 @@ class PluginClient:
         must hold `target`.  The whole call, its retries and the pauses
         between them, has one deadline `timeout_s` from now: every try's
         `params.deadline` is that deadline, and no try starts past it."""
-        return self._with_retries(
-            method, params, Deadline.after(timeout_s), cancel,
-            lambda process, sent, deadline: process.request(method, sent, deadline, cancel),
-        )
+        deadline = Deadline.after(timeout_s)
+        sent = _with_deadline(params, deadline)
+        process = self.process
+        if process is None or process.state is not RUNNING or self.handshake is None:
+            return self._with_retries(method, sent, deadline, cancel, _requester(method, cancel))
+        # The first try on a running plugin, `_with_retries` written out:
+        # this is the path of every call.
+        try:
+            return process.request(method, sent, deadline, cancel)
+        except Retryable as e:
+            self._after_retryable(e, 0, method, deadline, cancel)
+        finally:
+            if process.broken:
+                self.refused = process.broken
+        return self._with_retries(method, sent, deadline, cancel, _requester(method, cancel), first=1)
 
     def watch(self, params: Dict[str, Any], *, timeout_s: float = READ_TIMEOUT_S, cancel: Optional[Token] = None) -> Watch:
         """A `channel.watch` call, retried as `call` is; its reply opens the
         returned `Watch` (protocol "The channel"), which lives as long as
         this plugin process does."""
+        deadline = Deadline.after(timeout_s)
         return self._with_retries(
-            "channel.watch", params, Deadline.after(timeout_s), cancel,
+            "channel.watch", _with_deadline(params, deadline), deadline, cancel,
             lambda process, sent, deadline: process.watch(sent, deadline, cancel),
         )
 
-    def _with_retries(self, method: str, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token],
-                      send: Callable[[PluginProcess, Dict[str, Any], Deadline], Any]) -> Any:
+    def _with_retries(self, method: str, sent: Dict[str, Any], deadline: Deadline, cancel: Optional[Token],
+                      send: Callable[[PluginProcess, Dict[str, Any], Deadline], Any], first: int = 0) -> Any:
+        """Tries `first` to the last: `send` until it is not answered
+        `retryable` (the tries before `first` were, and were paused after)."""
         # protocol "Calls": the params are the same on every resend; with
         # one deadline for the whole call, so is `deadline`.
-        sent = dict(params)
-        sent["deadline"] = deadline.epoch_ms
-        for attempt in range(RETRIES + 1):
+        for attempt in range(first, RETRIES + 1):
             self.started()
             process = self.process
             assert process is not None
             try:
                 return send(process, sent, deadline)
             except Retryable as e:
-                # protocol "Errors": retried at most three times, and here
-                # never past the call's deadline
-                if attempt == RETRIES:
-                    raise Retryable(f"{e.message} (retryable; tried {RETRIES + 1} times)") from None
-                pause = RETRY_PAUSES_S[attempt]
-                if deadline.remaining() <= pause:
-                    raise Retryable(f"{e.message} (retryable; tried {attempt + 1} times, no time left before the deadline)") from None
-                if cancel is not None and cancel.sleep(pause):
-                    raise Cancelled(f"{method} was not sent again to plugin {self.name}: cancelled") from None
-                if cancel is None:
-                    time.sleep(pause)
+                self._after_retryable(e, attempt, method, deadline, cancel)
             finally:
                 if process.broken:
                     self.refused = process.broken
         raise AssertionError("unreachable")
 
+    def _after_retryable(self, e: Retryable, attempt: int, method: str, deadline: Deadline,
+                         cancel: Optional[Token]) -> None:
+        """Try `attempt` was answered `retryable`: raise when no try is left
+        (or no time, or it was cancelled), else pause before the next."""
+        # protocol "Errors": retried at most three times, and here
+        # never past the call's deadline
+        if attempt == RETRIES:
+            raise Retryable(f"{e.message} (retryable; tried {RETRIES + 1} times)") from None
+        pause = RETRY_PAUSES_S[attempt]
+        if deadline.remaining() <= pause:
+            raise Retryable(f"{e.message} (retryable; tried {attempt + 1} times, no time left before the deadline)") from None
+        if cancel is not None and cancel.sleep(pause):
+            raise Cancelled(f"{method} was not sent again to plugin {self.name}: cancelled") from None
+        if cancel is None:
+            time.sleep(pause)
+
     def stop(self, reason: str = "done") -> None:
         if self.process is not None:
             self.process.stop(reason)
+
+
+def _with_deadline(params: Dict[str, Any], deadline: Deadline) -> Dict[str, Any]:
+    sent = dict(params)
+    sent["deadline"] = deadline.epoch_ms
+    return sent
+
+
+def _requester(method: str, cancel: Optional[Token]) -> Callable[[PluginProcess, Dict[str, Any], Deadline], Any]:
+    return lambda process, sent, deadline: process.request(method, sent, deadline, cancel)
 
 
 def _same_reply(result: Any, recorded: Dict[str, Any]) -> bool:

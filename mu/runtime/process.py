@@ -50,7 +50,7 @@ from mu.store.journal import Journal
 
 __all__ = ["EXITED", "NEW", "RUNNING", "STOPPING", "STDERR_KEEP", "Handle", "PluginProcess", "Token"]
 
-_encode = framing.encode
+_request_line = envelope.request_line
 _monotonic = time.monotonic
 
 
@@ -131,6 +131,7 @@ class PluginProcess:
         self.pid = 0
         self.pgid = 0
         self.endpoint = Endpoint()
+        self._in_flight = self.endpoint.in_flight  # its pending calls by id (read only): `not` it is "alone"
         self._first_line = FirstLine(on_stderr)
         self._popen: Optional["subprocess.Popen[bytes]"] = None
         self._writer: Optional[Writer] = None
@@ -237,12 +238,39 @@ class PluginProcess:
 
     def request(self, method: str, params: Dict[str, Any], deadline: Deadline, cancel: Optional[Token] = None) -> Any:
         """Send one request and wait for its reply until `deadline`."""
-        # `_round_trip`, written out: this is the path of every call.
-        alone = not self.endpoint.busy
-        call, started, leading = self._send(method, params, deadline, cancel, alone)
-        if leading:
-            self._reader.lead(call, deadline)  # type: ignore[union-attr]
-        if not call.settled and not self._reader.wait_for(call, deadline, alone):  # type: ignore[union-attr]
+        # `_round_trip`, written out: this is the path of every call.  The
+        # common call (alone, no trace, no crash point) is `_send`, the
+        # role and the read in one step (`Reader.exchange`), and the ok
+        # outcome written out too.
+        alone = not self._in_flight
+        reader = self._reader
+        if alone and self.trace is None and not crashpoints.ARMED:
+            if self.state is not RUNNING or supervisor.terminating or (cancel is not None and cancel.cancelled):
+                raise Cancelled(f"{method} was not sent to plugin {self.name}: {self._why_not_running()}")
+            endpoint = self.endpoint
+            call = endpoint.open_call(method)
+            try:
+                line = _request_line(call.id, method, params)
+            except (framing.FramingError, TypeError, ValueError) as e:
+                endpoint.forget(call)
+                raise Permanent(f"{method} was not sent to plugin {self.name}: {e}") from None
+            started = _monotonic()
+            try:
+                if not reader.exchange(call, line, deadline, self._writer, method, self._refusal, cancel):  # type: ignore[union-attr]
+                    self._writer.write(line, deadline, method, self._refusal, cancel, call)  # type: ignore[union-attr]
+            except BaseException:
+                if not call.written:
+                    endpoint.forget(call)  # never sent: no reply will come
+                raise
+            reply = call.reply
+            if reply is not None and reply.error is None:
+                self.journal.record_call(self.name, self.pid, method, params.get("target"), _monotonic() - started, "ok")
+                return reply.result
+        else:
+            call, started, leading = self._send(method, params, deadline, cancel, alone)
+            if leading:
+                reader.lead(call, deadline)  # type: ignore[union-attr]
+        if not call.settled and not reader.wait_for(call, deadline, alone):  # type: ignore[union-attr]
             self._missed(call, params.get("target"), started)
         return self._outcome(call, params.get("target"), started)
 
@@ -269,7 +297,7 @@ class PluginProcess:
         Alone, the caller reads its own reply (no thread hop); among other
         calls in flight it lets the role's holder or the reactor read for
         it (handing the role round a crowd costs more than it saves)."""
-        alone = not self.endpoint.busy
+        alone = not self._in_flight
         call, started, leading = self._send(method, params, deadline, cancel, alone)
         reader = self._reader
         if leading:
@@ -305,7 +333,7 @@ class PluginProcess:
             raise Cancelled(f"{method} was not sent to plugin {self.name}: {self._why_not_running()}")
         call = self.endpoint.open_call(method)
         try:
-            line = _encode(envelope.request(call.id, method, params))
+            line = _request_line(call.id, method, params)
         except (framing.FramingError, TypeError, ValueError) as e:
             self.endpoint.forget(call)
             raise Permanent(f"{method} was not sent to plugin {self.name}: {e}") from None
@@ -355,12 +383,11 @@ class PluginProcess:
         raise Unanswered(f"plugin {self.name} gave no answer to {call.method} by its deadline")
 
     def _outcome(self, call: PendingCall, target: Any, started: float) -> Any:
-        """The settled call's result, or its typed error; journaled (its
-        text made at the flush: `_call_entry`)."""
+        """The settled call's result, or its typed error; journaled
+        (`Journal.record_call`)."""
         reply = call.reply
         if reply is not None and reply.error is None:
-            self.journal.record_later(_call_entry, (call.method, target, _monotonic() - started, "ok"),
-                                      plugin=self.name, pid=self.pid)
+            self.journal.record_call(self.name, self.pid, call.method, target, _monotonic() - started, "ok")
             return reply.result
         if call.failure is not None:
             self._journal_call(call, target, started, "unanswered")
@@ -378,8 +405,7 @@ class PluginProcess:
         raise Permanent(text)
 
     def _journal_call(self, call: PendingCall, target: Any, started: float, outcome: str) -> None:
-        self.journal.record_later(_call_entry, (call.method, target, _monotonic() - started, outcome),
-                                  plugin=self.name, pid=self.pid)
+        self.journal.record_call(self.name, self.pid, call.method, target, _monotonic() - started, outcome)
 
     # -- what the reader and the reactor report ------------------------------------
 
@@ -503,33 +529,3 @@ class PluginProcess:
 
 def _never_refuse(_: Any) -> Optional[str]:
     return None
-
-
-def _call_text(method: str, target: Any) -> str:
-    """A call as the journal names it: its method and its target's names."""
-    where = _target_text(target)
-    return f"{method} {where}" if where else method
-
-
-def _call_entry(method: str, target: Any, seconds: float, outcome: str) -> str:
-    """A call's journal entry, made at the flush: the call's names (never
-    its params), how long it took, and its outcome.  The target is read
-    then, so callers build a call's target for that call (mu's seams do)."""
-    return f"call {_call_text(method, target)} {seconds * 1000:.1f}ms {outcome}"
-
-
-def _target_text(target: Any) -> str:
-    """A call's target as the journal shows it: names only, never params."""
-    if not isinstance(target, dict):
-        return ""
-    parts = []
-    host = target.get("host")
-    if isinstance(host, dict) and host.get("name"):
-        parts.append(f"host={host['name']}")
-    job = target.get("job")
-    if isinstance(job, dict) and job.get("key"):
-        parts.append(f"job={job['key']}")
-    agent = target.get("agent")
-    if isinstance(agent, dict) and agent.get("name"):
-        parts.append(f"agent={agent.get('workstream')}/{agent['name']}")
-    return " ".join(parts)

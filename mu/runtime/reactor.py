@@ -26,6 +26,11 @@ are non-blocking, an exit is checked with `waitid`).
 A handler must never block: one plugin's stop or slowness would stall every
 other plugin's reading.  Long work (a stop sequence) goes to its own thread.
 
+A caller that read its own reply and leaves stdout idle asks the reactor
+to arm it again ARM_LATER_S later (`later`), rather than arming it at
+once: a burst of calls one at a time then costs two epoll_ctl a burst, not
+two a call (reading.py).
+
 Where a plugin has no pidfd, the reactor asks each such leader whether it
 exited every `POLL_LEADERS_S`.  Where the system has no epoll, a selector
 stands in, and every change to the set wakes the thread so that it selects
@@ -40,9 +45,13 @@ import selectors
 import sys
 import threading
 import traceback
-from typing import Callable, Dict, Optional, Set
+from time import monotonic as _monotonic
+from typing import Callable, Dict, List, Optional, Set
 
 POLL_LEADERS_S = 0.1
+# How soon a caller's stdout, left idle and disarmed, is armed again
+# (`later`): a burst of calls one at a time then costs no epoll_ctl each.
+ARM_LATER_S = 0.02
 _EPOLL = hasattr(select, "epoll")
 IN = select.EPOLLIN if _EPOLL else selectors.EVENT_READ
 # A stdout is armed (level-triggered readable) or disarmed (one-shot with
@@ -85,6 +94,9 @@ class Reactor:
         self._lock = threading.Lock()
         self._handlers: Dict[int, Callable[[], None]] = {}
         self._leader_checks: Set[Callable[[], None]] = set()
+        self._later: List[Callable[[], None]] = []
+        self._later_at = 0.0
+        self._later_lock = threading.Lock()  # `_later` (callers add from any thread, handlers included)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -143,6 +155,18 @@ class Reactor:
         """Stop calling `check`; callable from a check itself (no lock)."""
         self._leader_checks.discard(check)
 
+    def later(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` on the reactor thread about ARM_LATER_S from
+        now (it must tolerate being late, and must not block).  Wakes the
+        thread only when nothing was waiting yet."""
+        with self._later_lock:
+            first = not self._later
+            self._later.append(callback)
+            if first:
+                self._later_at = _monotonic() + ARM_LATER_S
+        if first:
+            self.wake()
+
     def wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
@@ -154,7 +178,11 @@ class Reactor:
     def _run(self) -> None:
         poll = self._ep.poll
         while True:
-            events = poll(POLL_LEADERS_S if self._leader_checks else -1)
+            timeout = POLL_LEADERS_S if self._leader_checks else -1.0
+            if self._later:
+                due = max(0.0, self._later_at - _monotonic())
+                timeout = due if timeout < 0 else min(timeout, due)
+            events = poll(timeout)
             with self._lock:
                 for fd, _ in events:
                     if fd == self._wake_r:
@@ -165,6 +193,11 @@ class Reactor:
                         self._call(fd, handler)
                 for check in list(self._leader_checks):
                     self._call(-1, check)
+                if self._later and _monotonic() >= self._later_at:
+                    with self._later_lock:
+                        due_now, self._later = self._later, []
+                    for callback in due_now:
+                        self._call(-1, callback)
 
     def _call(self, fd: int, handler: Callable[[], None]) -> None:
         try:

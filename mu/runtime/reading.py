@@ -8,9 +8,11 @@ which it takes without ever waiting for it:
   disarms stdout in the reactor's set (one `epoll_ctl`, no thread woken),
   reads until its own reply is in, routing anything else it reads (a watch
   notification, a late reply) on the way, and arms stdout again when it
-  leaves.  One call at a time, the common case, thus gets its reply on its
-  own thread: a thread hop costs more on these machines than a whole raw
-  round trip (DECISIONS.md);
+  leaves, at once while other calls are in flight or a watch is open,
+  else through the reactor ARM_LATER_S later (`_leave_idle`), so a burst
+  of calls one at a time costs no epoll_ctl each.  One call at a time, the
+  common case, thus gets its reply on its own thread: a thread hop costs
+  more on these machines than a whole raw round trip (DECISIONS.md);
 - the reactor (`_on_readable`), whenever stdout is armed, that is while
   no caller holds the role: it reads what is there, routes it, and
   leaves.  So a notification that arrives while nobody waits is read at
@@ -22,11 +24,14 @@ which it takes without ever waiting for it:
 
 Races, and why none loses a wake-up: taking the role and disarming stdout
 happen together under `_lock`, and so do leaving it and arming stdout.
-So stdout is armed exactly when nobody holds the role, or the reactor
-holds it; data that arrives while a caller holds it is that caller's to
-read, and data left when it leaves wakes the reactor at once (epoll is
-level-triggered).  A wake-up the reactor took before a caller disarmed
-stdout is recognised as stale (`_armed` is false) and dropped.  A caller
+So stdout is armed when nobody holds the role (or the reactor holds it),
+except for at most ARM_LATER_S after a caller left it idle; data that
+arrives while a caller holds it is that caller's to read, and data left
+when it is armed wakes the reactor at once (epoll is level-triggered).  A
+waiter that needs the reactor in that moment arms stdout itself (`arm`,
+in `wait_for`), and the stop arms it to drain.  A wake-up the reactor
+took before a caller disarmed stdout is recognised as stale (`_armed` is
+false) and dropped.  A caller
 that finds its reply already routed when it takes the role asks `settled`
 before it waits.  The holder's thread id is the role: `leave()` by a thread
 that does not hold it does nothing, so a path that may or may not still
@@ -47,7 +52,7 @@ import select
 import threading
 import time
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
@@ -58,12 +63,15 @@ from mu.runtime.reactor import IN, ONESHOT
 if TYPE_CHECKING:
     from mu.runtime.process import PluginProcess
     from mu.runtime.reactor import Reactor
+    from mu.runtime.writing import Writer
 
 CHUNK = 1 << 16
 POLL_FIRST = 64
 STDERR_KEEP = STDERR_KEEP_CHARS  # protocol "Transport": the first line, cut to 400 characters
 
 _me = threading.get_ident
+_parse = envelope.parse
+_decode_line = framing.decode_line
 
 
 class Reader:
@@ -71,7 +79,7 @@ class Reader:
 
     __slots__ = (
         "_fd", "_process", "_reactor", "_modify", "_lock", "_holder", "_armed", "_open", "_eof", "_stopping",
-        "_poll", "_splitter", "_kick_r", "_kick_w", "_poll_first",
+        "_poll", "_splitter", "_kick_r", "_kick_w", "_poll_first", "_in_flight", "_watching", "_later", "_arm_cb",
     )
 
     def __init__(self, fd: int, process: "PluginProcess", reactor: "Reactor") -> None:
@@ -86,6 +94,10 @@ class Reader:
         self._eof = False
         self._stopping = False
         self._splitter = framing.LineSplitter()
+        self._in_flight = process.endpoint.in_flight  # the endpoint's map of pending calls (read only)
+        self._watching = process.endpoint.watching  # and of open watches
+        self._later = False  # the reactor is asked to arm stdout soon (`_leave_idle`)
+        self._arm_cb = self._arm_idle
         # A leader blocked in poll wakes when the stop begins (`stopping()`),
         # whether or not the plugin writes again.
         self._kick_r, self._kick_w = os.pipe()
@@ -128,6 +140,33 @@ class Reader:
                 self._armed = True
                 self._modify(self._fd, IN)
 
+    def exchange(self, call: PendingCall, line: bytes, deadline: Deadline, writer: "Writer", what: str,
+                 refuse: Callable[[Any], Optional[str]], token: Any) -> bool:
+        """The common call, alone, in one step: take the role (False when it
+        is not free: nothing was written), write `line` (`Writer.write`,
+        which raises as it says; a write that must wait gives the role up
+        first, since the plugin may be blocked on a full stdout), read and
+        route until `call` settles, `deadline` passes, stdout ends or the
+        stop begins, and leave the role.  `try_lead`, the write, `lead`
+        and `leave` written out: this is the path of every call."""
+        me = _me()
+        lock = self._lock
+        with lock:
+            if self._holder or self._eof or self._stopping or not self._open:
+                return False
+            self._holder = me
+            if self._armed:
+                self._armed = False
+                self._modify(self._fd, ONESHOT)
+        try:
+            writer.write(line, deadline, what, refuse, token, call, self.leave)
+            if self._holder == me:
+                self._read_until(call, deadline)
+        finally:
+            if self._holder == me:
+                self._leave_idle()
+        return True
+
     def lead(self, call: PendingCall, deadline: Deadline) -> None:
         """Read and route until `call` settles, `deadline` passes, stdout
         ends or the stop begins; then leave the role.  A thread that no
@@ -138,27 +177,65 @@ class Reader:
         try:
             self._read_until(call, deadline)
         finally:
-            self.leave()
+            self._leave_idle()
+
+    def _leave_idle(self) -> None:
+        """`leave()` for a caller whose call is done: when nothing else is
+        in flight and no watch is open, stdout is left disarmed and the
+        reactor arms it within ARM_LATER_S (`Reactor.later`), so a burst
+        of calls one at a time costs no epoll_ctl each; a waiter that
+        needs the reactor meanwhile arms it itself (`wait_for`, `arm`).
+        Whatever the plugin writes while nobody waits is still read, at
+        most ARM_LATER_S late."""
+        schedule = False
+        with self._lock:
+            if self._holder != _me():
+                return
+            self._holder = 0
+            if self._open and not self._eof and not self._armed:
+                if self._in_flight or self._watching or self._stopping:
+                    self._armed = True
+                    self._modify(self._fd, IN)
+                elif not self._later:
+                    self._later = schedule = True
+        if schedule:
+            self._reactor.later(self._arm_cb)
+
+    def _arm_idle(self) -> None:
+        """On the reactor thread, ARM_LATER_S after a caller left: arm
+        stdout unless a caller holds the role again."""
+        self._later = False
+        self.arm()
+
+    def arm(self) -> None:
+        """Make sure stdout is read as data arrives: armed in the reactor's
+        set unless some thread holds the role (and then arms it when it
+        leaves, since a call is in flight or a watch open)."""
+        with self._lock:
+            if not self._holder and self._open and not self._eof and not self._armed:
+                self._armed = True
+                self._modify(self._fd, IN)
 
     def _read_until(self, call: PendingCall, deadline: Deadline) -> None:
-        fd, read, poll = self._fd, os.read, self._poll.poll
+        fd, read = self._fd, os.read
         poll_first = self._poll_first > 0
         if poll_first:
             self._poll_first -= 1
+        process = self._process
         # Race: the reactor (or a leader before us) may have routed our reply
         # between the caller's check and our taking the role, so `settled`
         # is asked again before any wait.
         while not call.settled:
             if poll_first:
                 poll_first = False
-                if not self._wait_readable(deadline, poll):
+                if not self._wait_readable(deadline):
                     return
             try:
                 data = read(fd, CHUNK)
             except BlockingIOError:
                 if not self._poll_first:
                     self._poll_first = POLL_FIRST  # a read first missed: poll first for a while
-                if not self._wait_readable(deadline, poll):
+                if not self._wait_readable(deadline):
                     return
                 continue
             except OSError:
@@ -166,8 +243,16 @@ class Reader:
             if not data:
                 self._at_eof()
                 return
-            self._route(data)
-        if self._process.endpoint.busy:
+            if (data.find(b"\n") == len(data) - 1 and process.routing and process.trace is None
+                    and not self._splitter.partial):
+                # One whole line, the usual reply: `_route`, written out.
+                try:
+                    process.endpoint.dispatch(_parse(_decode_line(data)))
+                except (framing.FramingError, envelope.ProtocolViolation) as e:
+                    process.on_invalid(str(e))
+            else:
+                self._route(data)
+        if self._in_flight:
             # Others' replies are likely on their way or in the pipe: take
             # what is there now, so a batch collected next is already in.
             try:
@@ -179,11 +264,11 @@ class Reader:
             else:
                 self._at_eof()
 
-    def _wait_readable(self, deadline: Deadline, poll: Callable) -> bool:
+    def _wait_readable(self, deadline: Deadline) -> bool:
         remaining = deadline.monotonic - _monotonic()
         if remaining <= 0:
             return False
-        poll(remaining * 1000.0)
+        self._poll.poll(remaining * 1000.0)
         return not self._stopping
 
     def wait_for(self, call: PendingCall, deadline: Deadline, lead: bool = True) -> bool:
@@ -192,6 +277,8 @@ class Reader:
         while the role's holder or the reactor reads."""
         if lead and not call.settled and self.try_lead():
             self.lead(call, deadline)
+        if not call.settled and not self._armed:
+            self.arm()  # a caller that left it idle: the reactor reads for this one now
         while not call.settled:
             remaining = deadline.remaining()
             if remaining <= 0:
@@ -232,12 +319,12 @@ class Reader:
         process = self._process
         if not process.routing:
             return  # stopping or broken: drained, never read as messages again
-        if data.find(b"\n") == len(data) - 1 and not self._splitter.pending:
+        if data.find(b"\n") == len(data) - 1 and not self._splitter.partial:
             # One whole line, the usual read: decoded where it lies.
             if process.trace is not None:
                 process.trace.frame(process.name, process.pid, "<", data[:-1])
             try:
-                process.endpoint.dispatch(envelope.parse(framing.decode_line(data)))
+                process.endpoint.dispatch(_parse(_decode_line(data)))
             except (framing.FramingError, envelope.ProtocolViolation) as e:
                 process.on_invalid(str(e))
             return
@@ -276,6 +363,9 @@ class Reader:
         blocked in poll wakes, and the reactor drains what still comes."""
         with self._lock:
             self._stopping = True
+            if not self._holder and self._open and not self._eof and not self._armed:
+                self._armed = True  # left idle by a caller: the reactor drains what still comes
+                self._reactor.arm(self._fd)
             if self._holder == _me() and self._open:
                 # The stopping thread cannot be reading: it holds a role left
                 # behind by an exception (a signal's Terminating) between

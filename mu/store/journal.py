@@ -31,10 +31,23 @@ unless its error already named the database.  The journal is a log, not a
 record: waiting out the full busy timeout at every flush (each plugin stop,
 each quarter second, the exit) would hold a failing verb and its plugins
 for tens of seconds, and raising would turn a log line into a failed verb.
+
+Calls.  Every plugin call is journaled (`record_call`), so on one CPU a
+call's row was most of what a call cost mu.  A run of calls answered `ok`
+of one plugin process, recorded one after another, is written as one row whose
+`calls` column holds them as compact data (method, the target's names,
+microseconds, outcome, and the milliseconds after the row's time), and
+`query` makes each of them its own `Entry` again: the text composed as it
+was written before (`call_text`), a time of its own, and an id of its own,
+a UUIDv7 whose 20 lowest random bits count the entries of the row (so ids
+still sort in recording order, and are unique).  `mu log` shows, filters
+and follows them exactly as other entries.
 """
 
 from __future__ import annotations
 
+import json
+import operator
 import os
 import re
 import sys
@@ -57,6 +70,12 @@ FLUSHER_IDLE_S = 5.0
 # database's own busy timeout), and how long once a flush has failed.
 FLUSH_WAIT_MS = 1000
 FLUSH_WAIT_AFTER_LOSS_MS = 50
+# A row of calls holds at most this many (its ids count them in their
+# last `_COUNT_HEX` hex digits) and spans at most this long (`query` looks
+# this far before `--since` for a row that began earlier and holds later calls).
+_COUNT_HEX = 5
+CALLS_PER_ROW = 16 ** _COUNT_HEX
+CALLS_ROW_SPAN_MS = 10_000
 
 
 class Entry(NamedTuple):
@@ -116,6 +135,31 @@ class Journal:
         later); `args` must not be mutated after this call."""
         self._add((_monotonic(), plugin, pid, stream, text_of, args))
 
+    def record_call(self, plugin: str, pid: int, method: str, target: Any, seconds: float, outcome: str) -> None:
+        """Buffer one call's entry: its method, its target's names (never
+        params or results), how long it took, its outcome (`ok`, an error's
+        kind, `unanswered`...).  Its text (`call_text`) is made when `mu log`
+        reads it.  `target` is read at the flush and must not change after
+        this call (a caller builds a target per call).
+
+        A call answered `ok`, the common call, joins a row of calls; any
+        other outcome is rare and worth its own row, text and all, as
+        every other entry (for whoever reads the table itself)."""
+        # `_add`, written out: this is the path of every call.
+        entry = (_monotonic(), plugin, pid, "core", _CALL if outcome == "ok" else _call_entry,
+                 (method, target, seconds, outcome))
+        with self._lock:
+            buffer = self._buffer
+            buffer.append(entry)
+            if len(buffer) > 1 or not self._background:
+                return  # the flush the first entry asked for takes this one too
+            start = not self._flusher
+            self._flusher = True
+        if start:
+            threading.Thread(target=self._flush_in_background, name="mu-journal", daemon=True).start()
+        else:
+            self._pending.set()
+
     def _add(self, entry: tuple) -> None:
         with self._lock:
             buffer = self._buffer
@@ -168,7 +212,8 @@ class Journal:
                 wait_ms = min(wait_ms, db.busy_timeout_ms())
                 with db.transaction(self.path, wait_ms=wait_ms) as conn:
                     conn.executemany(
-                        "INSERT INTO journal (id, at, plugin, pid, mu_pid, stream, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO journal (id, at, plugin, pid, mu_pid, stream, text, calls)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         rows,
                     )
             except MuError as e:
@@ -182,27 +227,127 @@ class Journal:
                 raise
 
 
+def _call_marker() -> str:  # pragma: no cover - never called: its identity marks a call entry
+    raise AssertionError("a call entry's text is made when it is read")
+
+
+_CALL = _call_marker
+
+
 def _rows_of(entries: List[tuple]) -> List[tuple]:
     """The database rows of buffered entries: ids, wall-clock times (the
     monotonic time of each entry moved onto the wall clock as it reads
     now: an entry is at most a few seconds old, so a clock step in between
     shifts it by that step, and the order within a process stays the
-    recording order) and their texts, white space folded.
+    recording order) and their texts, white space folded; a run of call
+    entries of one plugin process, one row (its `calls`: `_calls_data`).
 
     Made for the whole batch at once, which is what a row costs: the ids
     in one `uuid7_batch`, and the texts checked for white space to fold
     in one scan of them all (folding is rare; splitting each text was a
-    tenth of a row's CPU)."""
+    tenth of a row's CPU).  A flush of calls only, of one plugin process
+    (a burst of calls, the common flush), is cut into rows without a
+    look at each entry."""
     me = os.getpid()
     to_wall = time.time() - _monotonic()
-    texts = [args if text_of is None else _text_of(text_of, args) for _, _, _, _, text_of, args in entries]
-    if _needs_folding(texts):
-        texts = [" ".join(text.split()) for text in texts]
-    times = [int((entry[0] + to_wall) * 1000) for entry in entries]
-    return [
-        (id_, at, plugin, me if pid is None else pid, me, stream, text)
-        for id_, at, (_, plugin, pid, stream, _, _), text in zip(uuid7_batch(times), times, entries, texts)
-    ]
+    heads: List[tuple] = []  # (at, plugin, pid, stream, text, or None and the row's call entries)
+    first = entries[0]
+    if (first[4] is _CALL and len(entries) <= CALLS_PER_ROW
+            and list(map(_MARKER, entries)).count(_CALL) == len(entries)
+            and _all_same(list(map(_PLUGIN, entries))) and _all_same(list(map(_PID, entries)))
+            and (entries[-1][0] - first[0]) * 1000 < CALLS_ROW_SPAN_MS):
+        heads.append((int((first[0] + to_wall) * 1000), first[1], first[2], first[3], None, entries))
+    else:
+        calls: Optional[List[tuple]] = None
+        row_plugin, row_pid, row_at = None, None, 0
+        for entry in entries:
+            mono, plugin, pid, stream, text_of, args = entry
+            at = int((mono + to_wall) * 1000)
+            if text_of is _CALL:
+                if (calls is None or plugin != row_plugin or pid != row_pid or len(calls) >= CALLS_PER_ROW
+                        or at - row_at > CALLS_ROW_SPAN_MS):
+                    calls = []
+                    row_plugin, row_pid, row_at = plugin, pid, at
+                    heads.append((at, plugin, pid, stream, None, calls))
+                calls.append(entry)
+            else:
+                calls = None
+                heads.append((at, plugin, pid, stream, args if text_of is None else _text_of(text_of, args), None))
+    texts = [head[4] for head in heads if head[5] is None]
+    fold = _needs_folding(texts)
+    ids = uuid7_batch([head[0] for head in heads])
+    rows = []
+    for id_, (at, plugin, pid, stream, text, row_calls) in zip(ids, heads):
+        if row_calls is None:
+            rows.append((id_, at, plugin, me if pid is None else pid, me, stream,
+                         " ".join(text.split()) if fold else text, None))
+        else:
+            rows.append((id_[:-_COUNT_HEX] + "0" * _COUNT_HEX, at, plugin, me if pid is None else pid, me, stream, "",
+                         _calls_data(row_calls, at, to_wall)))
+    return rows
+
+
+_MONO = operator.itemgetter(0)
+_MARKER = operator.itemgetter(4)
+_PLUGIN = operator.itemgetter(1)
+_PID = operator.itemgetter(2)
+_ARGS = operator.itemgetter(5)
+
+
+def _all_same(values: List[Any]) -> bool:
+    return values.count(values[0]) == len(values)
+
+
+def _calls_data(calls: List[tuple], row_at: int, to_wall: float) -> str:
+    """A row's `calls`: its call entries as columns, in JSON, `{"kinds":
+    [[method, target's names, outcome]...], "at": [ms after the row's
+    time...], "kind": [index into kinds...], "us": [microseconds...]}`;
+    a call costs three integers (a burst of calls repeats a few kinds).
+    Made with the standard library's C parts wherever it can: a target's
+    names are made once per kind, whose key is the target object itself
+    (the buffer holds every target until the flush ends)."""
+    methods, targets, seconds, outcomes = zip(*map(_ARGS, calls))
+    keys = list(zip(methods, map(id, targets), outcomes))
+    target_of = dict(zip(keys, targets))
+    index = {key: n for n, key in enumerate(target_of)}
+    data = {
+        "kinds": [[key[0], target_text(target_of[key]), key[2]] for key in index],
+        # int((monotonic + to_wall) * 1000) - row_at, and round(seconds * 1e6),
+        # a map of C methods each (a third of a comprehension's cost)
+        "at": list(map(int, map((1000.0).__mul__, map((to_wall - row_at / 1000).__add__, map(_MONO, calls))))),
+        "kind": list(map(index.__getitem__, keys)),
+        "us": list(map(round, map((1e6).__mul__, seconds))),
+    }
+    return json.dumps(data, ensure_ascii=False, check_circular=False, separators=(",", ":"))
+
+
+def _call_entry(method: str, target: Any, seconds: float, outcome: str) -> str:
+    """The text of a call's own row (an outcome other than `ok`)."""
+    return call_text(method, target_text(target), round(seconds * 1e6), outcome)
+
+
+def target_text(target: Any) -> str:
+    """A call's target as the journal shows it: names only, never params."""
+    if not isinstance(target, dict):
+        return ""
+    parts = []
+    host = target.get("host")
+    if isinstance(host, dict) and host.get("name"):
+        parts.append(f"host={host['name']}")
+    job = target.get("job")
+    if isinstance(job, dict) and job.get("key"):
+        parts.append(f"job={job['key']}")
+    agent = target.get("agent")
+    if isinstance(agent, dict) and agent.get("name"):
+        parts.append(f"agent={agent.get('workstream')}/{agent['name']}")
+    return " ".join(parts)
+
+
+def call_text(method: str, where: str, micros: int, outcome: str) -> str:
+    """A call's entry as `mu log` shows it: `call <method> [<target's
+    names>] <ms>ms <outcome>`, white space folded as a flush folds a text."""
+    text = f"call {method} {where} {micros / 1000:.1f}ms {outcome}" if where else f"call {method} {micros / 1000:.1f}ms {outcome}"
+    return " ".join(text.split())
 
 
 def _needs_folding(texts: List[str]) -> bool:
@@ -274,7 +419,8 @@ def query(
     path: Optional[str] = None,
 ) -> List[Entry]:
     """Entries matching every filter given, oldest first; `last` keeps the
-    newest `last` of them; `after_id` only those written after that id."""
+    newest `last` of them; `after_id` only those written after that id.
+    A row of calls gives one entry a call, each filtered on its own."""
     clauses, args = [], []
     if plugin is not None:
         clauses.append("plugin = ?")
@@ -282,28 +428,68 @@ def query(
     if pid is not None:
         clauses.append("pid = ?")
         args.append(pid)
+    since_id = until_id = None
     if since_ms is not None:
-        clauses.append("id >= ?")
-        args.append(uuid7_floor(since_ms))
+        since_id = uuid7_floor(since_ms)
+        clauses.append("id >= ?")  # a row of calls begun before may hold later ones
+        args.append(uuid7_floor(max(0, since_ms - CALLS_ROW_SPAN_MS)))
     if until_ms is not None:
+        until_id = uuid7_floor(until_ms)
         clauses.append("id < ?")
-        args.append(uuid7_floor(until_ms))
+        args.append(until_id)
     if after_id is not None:
-        clauses.append("id > ?")
-        args.append(after_id)
+        clauses.append("id >= ?")  # the row of calls `after_id` may be one of
+        args.append(_row_id(after_id))
     where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-    sql = f"SELECT id, at, plugin, pid, mu_pid, stream, text FROM journal {where} ORDER BY id DESC"
+    sql = f"SELECT id, at, plugin, pid, mu_pid, stream, text, calls FROM journal {where} ORDER BY id DESC"
     found: List[Entry] = []
     with db.reading(path) as conn:
         for row in _rows(conn.execute(sql, args)):
-            entry = Entry(*row)
-            if grep is not None and not grep.search(entry.text):
+            if row[7] is None:
+                entry = Entry(*row[:7])
+                if ((since_id is not None and entry.id < since_id) or (after_id is not None and entry.id <= after_id)
+                        or (grep is not None and not grep.search(entry.text))):
+                    continue
+                found.append(entry)
+                if last is not None and len(found) >= last:
+                    break
                 continue
-            found.append(entry)
+            for entry in reversed(_calls_of(row)):
+                if ((since_ms is not None and entry.at < since_ms) or (until_ms is not None and entry.at >= until_ms)
+                        or (after_id is not None and entry.id <= after_id)
+                        or (grep is not None and not grep.search(entry.text))):
+                    continue
+                found.append(entry)
+                if last is not None and len(found) >= last:
+                    break
             if last is not None and len(found) >= last:
                 break
     found.reverse()
     return found
+
+
+def _row_id(entry_id: str) -> str:
+    """The id of the row an entry's id may belong to (a row of calls): its
+    count digits zeroed.  No other row's id lies between the two."""
+    return entry_id[:-_COUNT_HEX] + "0" * _COUNT_HEX
+
+
+def _calls_of(row: tuple) -> List[Entry]:
+    """The entries of a row of calls, oldest first: each its own id (the
+    row's, counted in its lowest bits), time and text."""
+    row_id, at, plugin, pid, mu_pid, stream, _, calls = row
+    head = row_id[:-_COUNT_HEX]
+    try:
+        data = json.loads(calls)
+        kinds = data["kinds"]
+        return [
+            Entry(f"{head}{count:05x}", at + after, plugin, pid, mu_pid, stream,
+                  call_text(kinds[kind][0], kinds[kind][1], micros, kinds[kind][2]))
+            for count, (after, kind, micros) in enumerate(zip(data["at"], data["kind"], data["us"]))
+        ]
+    except (ValueError, TypeError, KeyError, IndexError):
+        # A damaged row is shown as one entry saying so, never a traceback.
+        return [Entry(row_id, at, plugin, pid, mu_pid, stream, "(a row of calls that could not be read)")]
 
 
 def _rows(cursor: Any) -> Iterator[tuple]:

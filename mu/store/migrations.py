@@ -209,6 +209,16 @@ MIGRATIONS: List[str] = [
     """
     ALTER TABLE effects ADD COLUMN resent_groups TEXT NOT NULL DEFAULT '[]';
     """,
+    # 9: a journal row may hold a run of call entries of one plugin
+    # process, recorded one after another and written in one flush
+    # (`calls`: JSON, the calls as columns, `{"kinds": [[method, target's
+    # names, outcome]...], "at": [ms after the row's at...], "kind":
+    # [...], "us": [microseconds...]}`); `mu log` makes each its own entry
+    # again, text and id included (mu/store/journal.py).  A call's row was
+    # most of what a call cost mu on one CPU.  `text` of such a row is ''.
+    """
+    ALTER TABLE journal ADD COLUMN calls TEXT;
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
