@@ -8,9 +8,7 @@ refused rather than misread.
 
 from __future__ import annotations
 
-from typing import List
-
-MIGRATIONS: List[str] = [
+MIGRATIONS: list[str] = [
     # 1: plugins, the journal, intent records, and the records that name a
     # plugin (so `mu plugin rm` can refuse while one does).
     """
