@@ -50,7 +50,7 @@ that list equal to `__all__` (and to `procs`' public names).
 from __future__ import annotations
 
 from mu.sdk.errors import Cancelled, Human, Permanent, PluginError, Retryable, UnknownOutcome
-from mu.sdk.plugin import PROTOCOL_VERSION, Call, Plugin, Watch, method, run
+from mu.sdk.plugin import PROTOCOL_VERSION, Call, Plugin, Watch, method, registered_name, run
 
 # Loaded on first use: subprocess, tempfile and typing would double a
 # plugin's start-up, and most handshakes need none of them.
@@ -78,6 +78,7 @@ __all__ = [
     "Watch",
     "kill_tree",
     "method",
+    "registered_name",
     "run",
     "run_command",
 ]

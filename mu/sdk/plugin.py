@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 
+from mu.protocol.constants import EXECUTABLE_PREFIX
 from mu.sdk.call import Call, Watch
 from mu.sdk.server import EXIT_GRACE_S, PROTOCOL_VERSION, RESERVED_METHODS, Server, summary
 from mu.sdk.wire import Wire, note
@@ -137,6 +138,17 @@ class Plugin:
                 here[name] = attr
             found.update(here)
         return found
+
+
+def registered_name(argv0: str, default: str) -> str:
+    """The name mu registered the plugin under, read from the file it was
+    started as: what follows `mu-plugin-` in `argv0`'s basename (so a
+    symlink gives the plugin another name, as `mu plugin add` allows),
+    else `default`."""
+    base = os.path.basename(argv0 or "")
+    if base.startswith(EXECUTABLE_PREFIX) and len(base) > len(EXECUTABLE_PREFIX):
+        return base[len(EXECUTABLE_PREFIX):]
+    return default
 
 
 def run(plugin: Plugin) -> None:

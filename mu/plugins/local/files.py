@@ -1,0 +1,86 @@
+"""The plugin's records on disk: JSON files, each replaced whole.
+
+What a caller may rely on: a reader sees the old record or the new one,
+never a part (`write_json`: a temporary file, fsync, rename); a record that
+may exist only once (pid.json, exit.json, stopped.json, a fence) is made
+with a hard link, which fails if the name exists, so the first writer wins
+(`create_json`); a record that cannot be read is damage and reads as {}.
+Folders are made mode 0700.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+
+def ensure_dir(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+def read_json(path: str) -> "dict | None":
+    """The JSON record at `path`; None when there is none, {} when it
+    cannot be read (records are replaced whole, so that is damage)."""
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _temp_json(path, value):
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    return temp
+
+
+def write_json(path: str, value: dict) -> None:
+    """Replace the record at `path` whole: a reader sees the old or the new."""
+    os.replace(_temp_json(path, value), path)
+
+
+def create_json(path: str, value: dict) -> bool:
+    """Write the record at `path` only if there is none; True if this call
+    wrote it (a hard link fails when the name exists: first one wins)."""
+    temp = _temp_json(path, value)
+    try:
+        os.link(temp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temp)
+
+
+def listdir(path: str) -> "list[str]":
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def remove_tree(path: str) -> None:
+    import shutil
+
+    def writable(function, name, _info):
+        # a read-only folder inside (a module cache, say) must not keep the
+        # host alive: make it writable and try once more
+        os.chmod(os.path.dirname(name), 0o700)
+        if function in (os.rmdir, os.unlink, os.remove):
+            function(name)
+        else:  # it could not be listed
+            os.chmod(name, 0o700)
+            shutil.rmtree(name, onerror=writable)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=writable)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,435 @@
+"""A job's processes: its wrapper, a detached job's launcher and view, its state, its stop.
+
+- The wrapper (--run-job) claims the job once (pid.json: pid, process
+  group and start time; a second claim exits at once: a job runs once),
+  runs spec.cmd with sh in the spec's cwd, with the environment it is
+  started in, then spec.env, then MU_SDK_RUN=<the job's token> and
+  MU_DEMO_AGENT_DIR=<the job folder> (examples/mu-demo-agent keeps its turn
+  files there; another command may ignore it), and records its exit status
+  (exit.json).  SIGTERM and SIGHUP are passed on to the command, so the
+  status is still recorded.
+- bound: the start answers a view whose command is that wrapper: the pane
+  runs the job, the plugin never does.
+- detached: the start runs a launcher (--launch-job), a helper of the
+  plugin that stays in its process group: it starts the wrapper, which
+  leaves the group at once (setsid: the job is the host's, not the
+  plugin's, as a remote machine's process would be), and the launcher ends
+  once the wrapper has claimed the job.  The wrapper's output goes to
+  output.log in the job folder, and the view follows that log until the
+  job ends (--follow-job).  docs/local-provider.md says how this keeps the
+  protocol's process rules.
+- A job runs while the recorded wrapper lives (pid and start time: a
+  reused pid is never taken for it; for a detached job, also while a
+  process carrying its token lives), and has ended with the recorded
+  status (exit null when it died without recording one, or was stopped
+  first).
+- A stop marks the job stopped (a wrapper that starts later exits at
+  once), sends SIGTERM (to the wrapper's group when it leads one), SIGKILLs
+  what is left after STOP_GRACE_S (the wrapper, its descendants, anything
+  carrying the job's token, the group it leads) and returns only once none
+  of it lives; else it raises UnknownOutcome.
+
+`subprocess` and `mu.sdk.procs` are imported where they are used: the
+plugin's start-up does not pay for them.
+"""
+
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+
+from mu import sdk
+from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree
+from mu.plugins.local.layout import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, STOP_FILE
+
+STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL
+# the job folder, in every job's environment: where examples/mu-demo-agent
+# keeps its turn files (not one of mu's local-only variables)
+JOB_DIR_VAR = "MU_DEMO_AGENT_DIR"
+LAUNCH_WAIT_S = 10.0  # how long a detached job may take to claim its folder
+FOLLOW_POLL_S = 0.2
+FOLLOW_BACKLOG = 64 * 1024  # how much of a long log a new view shows first
+
+
+def pid_runs(pid: object) -> bool:
+    """Does process `pid` run (not a zombie)?  No start time: a reused pid
+    passes, so only a hint (the channel's "will it take this soon")."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    stat = proc_stat(pid)
+    if stat is not None:
+        return stat[0] not in "ZX"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _view(folder, cwd, token, program):
+    """A bound job's view: the wrapper itself, which the pane runs."""
+    from mu.sdk import procs
+
+    # the token marks the wrapper and all it starts, even what escapes its
+    # tree, so a stop finds them (mu.sdk.procs)
+    return {"command": _self_command("--run-job", folder, program), "env": {procs.TOKEN_VAR: token}, "cwd": cwd}
+
+
+def _follow_view(folder, program):
+    """A detached job's view: its output, followed until the job ends.  It
+    carries no token: a view is not the job, and a stop leaves it be."""
+    return {"command": _self_command("--follow-job", folder, program), "env": {}, "cwd": folder}
+
+
+def view_of(folder: str, job: dict, program: str) -> dict:
+    if job.get("view") == "detached":
+        return _follow_view(folder, program)
+    return _view(folder, job["cwd"], job["token"], program)
+
+
+def _self_command(flag, folder, program):
+    return " ".join(shlex.quote(a) for a in (sys.executable, program, flag, folder))
+
+
+def _job_env(base, job, folder):
+    """The job's environment: `base`, then the spec's env, then what the
+    plugin gives every job (its token and its folder), which wins."""
+    from mu.sdk import procs
+
+    env = dict(base)
+    env.update(job.get("env") or {})
+    env[procs.TOKEN_VAR] = job["token"]
+    env[JOB_DIR_VAR] = folder
+    return env
+
+
+def launch(folder: str, job: dict, call: sdk.Call, program: str) -> None:
+    """Start a detached job and return once its wrapper has claimed the
+    folder.  The launcher is this plugin's helper: it runs in the plugin's
+    group and ends before this returns.  What it starts (the wrapper) leaves
+    the group by itself: it is the host's process from then on."""
+    import subprocess
+
+    from mu.sdk import procs
+
+    env = dict(os.environ)
+    env[procs.TOKEN_VAR] = job["token"]
+    try:
+        launcher = subprocess.Popen([sys.executable, program, "--launch-job", folder], cwd=folder, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    close_fds=True)
+    except OSError as exc:
+        raise sdk.Permanent("cannot start the job's launcher: %s" % (exc.strerror or exc)) from None
+    give_up = time.monotonic() + LAUNCH_WAIT_S + 5.0
+    why = None
+    while launcher.poll() is None:
+        if call.is_set():
+            why = "the start was cancelled"
+            break
+        if time.monotonic() > give_up:
+            why = "the launcher did not finish in time"
+            break
+        time.sleep(0.01)
+    if why is None:
+        _out, err = launcher.communicate()
+        if launcher.returncode == 0:
+            return
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        why = lines[-1] if lines else "the launcher exited with status %d" % launcher.returncode
+    else:
+        # the stop mark first: a wrapper on its way sees it and runs nothing
+        create_json(os.path.join(folder, STOP_FILE), {"at": now_ms()})
+        procs.kill_tree(launcher.pid, job["token"])
+        launcher.wait()
+        launcher.stdout.close()
+        launcher.stderr.close()
+    if read_json(os.path.join(folder, PID_FILE)) is None and not procs.find_tree(None, job["token"]):
+        # nothing ran: no trace is left, so the same start may come again
+        remove_tree(folder)
+        raise sdk.Permanent("job %s did not start: %s" % (job["key"], why))
+    # it began: end it, and say the start's outcome is not known
+    end_job(folder, job["token"])
+    raise sdk.UnknownOutcome("job %s began but its start did not complete (%s); it was stopped" % (job["key"], why))
+
+
+def launch_job(folder: str, program: str) -> int:
+    """The launcher (--launch-job): start the job's wrapper with the job's
+    environment and its output in the job's log, wait until it has claimed
+    the folder, print its record and exit.  The wrapper is not waited for:
+    it outlives us, re-parented."""
+    import subprocess
+
+    job = read_json(os.path.join(folder, JOB_FILE))
+    if not job or not isinstance(job.get("token"), str):
+        sys.stderr.write("mu-plugin-local: no job is recorded in %s\n" % folder)
+        return 2
+    try:
+        log = os.open(os.path.join(folder, LOG_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        sys.stderr.write("mu-plugin-local: cannot open the job's log: %s\n" % (exc.strerror or exc))
+        return 1
+    try:
+        wrapper = subprocess.Popen([sys.executable, program, "--run-job", folder], cwd=folder,
+                                   env=_job_env(os.environ, job, folder), stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=log, close_fds=True)
+    except OSError as exc:
+        sys.stderr.write("mu-plugin-local: cannot start the job: %s\n" % (exc.strerror or exc))
+        return 1
+    finally:
+        os.close(log)
+    give_up = time.monotonic() + LAUNCH_WAIT_S
+    while True:
+        ended = wrapper.poll()
+        claimed = read_json(os.path.join(folder, PID_FILE))
+        if claimed and claimed.get("pid") == wrapper.pid:
+            sys.stdout.write(json.dumps(claimed) + "\n")
+            return 0
+        if ended is not None:
+            sys.stderr.write("mu-plugin-local: the job exited (status %d) without claiming %s\n" % (ended, folder))
+            return 1
+        if time.monotonic() > give_up:
+            wrapper.kill()
+            wrapper.wait()
+            sys.stderr.write("mu-plugin-local: the job did not claim %s within %.0f s\n" % (folder, LAUNCH_WAIT_S))
+            return 1
+        time.sleep(0.01)
+
+
+def job_state(folder: str, job: dict) -> dict:
+    """job.status's answer for the job recorded in `folder`."""
+    ended = read_json(os.path.join(folder, EXIT_FILE))
+    if ended is None:
+        wrapper = read_json(os.path.join(folder, PID_FILE))
+        if wrapper is None:
+            if os.path.exists(os.path.join(folder, STOP_FILE)):
+                return {"state": "ended", "exit": None}
+            if job.get("view") == "detached":
+                return {"state": "unknown", "reason": "its start has not completed"}
+            return {"state": "unknown", "reason": "no view has started it yet"}
+        if _alive(wrapper):
+            return {"state": "running"}
+        if job.get("view") == "detached" and _token_lives(job):
+            # the wrapper died (killed on its own), its command did not
+            return {"state": "running"}
+        # read again: the wrapper records its exit just before it ends
+        ended = read_json(os.path.join(folder, EXIT_FILE)) or {}
+    code = ended.get("exit")
+    return {"state": "ended", "exit": code if isinstance(code, int) and not isinstance(code, bool) else None}
+
+
+def _token_lives(job):
+    from mu.sdk import procs
+
+    token = job.get("token")
+    return isinstance(token, str) and bool(procs.find_tree(None, token))
+
+
+def _job_group(wrapper, live, token):
+    """The process group the job's wrapper leads, while it is provably the
+    job's: its leader alive, or a member carrying the job's token (a group
+    id is not reused while a member lives).  None otherwise."""
+    from mu.sdk import procs
+
+    if wrapper is None or not isinstance(wrapper.get("pid"), int) or wrapper.get("pgid") != wrapper.get("pid"):
+        return None
+    group = wrapper["pid"]
+    if live:
+        return group
+    if token is not None and procs.group_members(group) & procs.find_tree(None, token):
+        return group
+    return None
+
+
+def end_job(folder: "str | None", token: "str | None") -> None:
+    """Stop a job and prove it gone; raises UnknownOutcome if something of
+    it still lives.  `folder` None: its folder is gone, only the token is
+    left to find it by."""
+    from mu.sdk import procs
+
+    wrapper = None
+    if folder is not None and os.path.isdir(folder):
+        # the stop mark first, the pid second: a wrapper that claims the
+        # job after we read no pid sees the mark and runs nothing
+        create_json(os.path.join(folder, STOP_FILE), {"at": now_ms()})
+        wrapper = read_json(os.path.join(folder, PID_FILE))
+    live = wrapper is not None and _alive(wrapper)
+    group = _job_group(wrapper, live, token)
+    if live or group is not None:
+        try:
+            if group is not None:
+                os.killpg(group, signal.SIGTERM)
+            else:
+                os.kill(wrapper["pid"], signal.SIGTERM)
+        except OSError:
+            pass
+        give_up = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < give_up:
+            if live and not _alive(wrapper):
+                break
+            if not live and not procs.group_members(group):
+                break
+            time.sleep(0.02)
+    root = wrapper["pid"] if live and _alive(wrapper) else None
+    procs.kill_tree(root, token)
+    if group is not None:
+        # a group we proved the job's keeps its id while any member lives,
+        # so these are the job's, not a stranger's
+        for _ in range(100):
+            members = procs.group_members(group)
+            if not members:
+                break
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+    left = procs.find_tree(None, token)
+    if (wrapper is not None and _alive(wrapper)) or left or (group is not None and procs.group_members(group)):
+        raise sdk.UnknownOutcome("job processes still run after SIGKILL")
+    if folder is not None and os.path.isdir(folder) and wrapper is not None:
+        create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
+
+
+def _alive(wrapper):
+    """Does the recorded wrapper still run?  Its start time guards against a
+    reused pid; a zombie runs nothing."""
+    pid = wrapper.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    stat = proc_stat(pid)
+    if stat is None:
+        if os.path.isdir("/proc"):
+            return False
+        try:  # no /proc: the pid alone
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    state, started = stat
+    return state not in "ZX" and (wrapper.get("start") is None or wrapper.get("start") == started)
+
+
+def proc_stat(pid: int) -> "tuple[str, int] | None":
+    """(state, start time in clock ticks) of `pid` from /proc; None without one."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        return fields[0].decode(), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_job(folder: str) -> int:
+    """The job itself (--run-job): claim the job, run its cmd, record its
+    exit status.  Returns the exit status to exit with.  A bound job's view
+    runs it; a detached job's launcher starts it, and it first leaves the
+    plugin's group for a session of its own."""
+    import subprocess
+
+    job = read_json(os.path.join(folder, JOB_FILE))
+    if not job:
+        sys.stderr.write("mu-plugin-local: no job is recorded in %s\n" % folder)
+        return 2
+    if job.get("view") == "detached":
+        try:
+            os.setsid()  # the host's process from here on, in a group of its own
+        except OSError:
+            pass  # it leads a group already
+    child = []
+    caught = []
+
+    def forward(signum, _frame):
+        # a stop or a closing pane: pass it on and keep waiting, so the
+        # exit status is still recorded
+        caught.append(signum)
+        if child:
+            try:
+                os.kill(child[0].pid, signum)
+            except OSError:
+                pass
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    stat = proc_stat(os.getpid())
+    me = {"pid": os.getpid(), "pgid": os.getpgrp(), "start": stat[1] if stat else None, "at": now_ms()}
+    if not create_json(os.path.join(folder, PID_FILE), me):
+        sys.stderr.write("mu-plugin-local: job %s was already started; a job runs once\n" % job.get("key"))
+        return 2
+    if os.path.exists(os.path.join(folder, STOP_FILE)) or caught:
+        create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
+        sys.stderr.write("mu-plugin-local: job %s was stopped before it started\n" % job.get("key"))
+        return 143
+    try:
+        child.append(subprocess.Popen(["sh", "-c", job["cmd"]], cwd=job["cwd"], env=_job_env(os.environ, job, folder),
+                                      stdin=subprocess.DEVNULL))
+    except OSError as exc:
+        sys.stderr.write("mu-plugin-local: cannot start the job: %s\n" % (exc.strerror or exc))
+        create_json(os.path.join(folder, EXIT_FILE), {"exit": 127, "at": now_ms()})
+        return 127
+    for signum in caught:  # one that came while it started
+        try:
+            os.kill(child[0].pid, signum)
+        except OSError:
+            pass
+    code = child[0].wait()
+    code = 128 - code if code < 0 else code
+    create_json(os.path.join(folder, EXIT_FILE), {"exit": code, "at": now_ms()})
+    return code
+
+
+def follow_job(folder: str) -> int:
+    """A detached job's view (--follow-job): its log, from the last
+    FOLLOW_BACKLOG bytes on, followed until the job has ended (or its
+    folder is gone, or a signal comes)."""
+    stopping = []
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, stop)
+    path = os.path.join(folder, LOG_FILE)
+    job = read_json(os.path.join(folder, JOB_FILE)) or {}
+    out = sys.stdout.buffer
+    try:
+        offset = max(0, os.path.getsize(path) - FOLLOW_BACKLOG)
+    except OSError:
+        offset = 0
+    try:
+        while not stopping:
+            chunk = _read_at(path, offset)
+            if chunk:
+                offset += len(chunk)
+                out.write(chunk)
+                out.flush()
+                continue
+            if not os.path.isdir(folder):
+                out.write(b"[mu-plugin-local: the job's folder is gone]\n")
+                break
+            state = job_state(folder, job) if job else {"state": "unknown"}
+            if state["state"] == "ended":
+                rest = _read_at(path, offset)
+                out.write(rest + b"[mu-plugin-local: the job ended, exit %s]\n" % str(state.get("exit")).encode())
+                break
+            time.sleep(FOLLOW_POLL_S)
+        out.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+def _read_at(path, offset, limit=65536):
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except OSError:
+        return b""
