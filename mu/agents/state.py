@@ -215,8 +215,6 @@ def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: 
 AGENT_HEADERS = ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")
 
 
-
-
 def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
     """One agent, asked of its plugin: `job.status`, `readStates`, its pane."""
     from mu.agents import readings
