@@ -451,19 +451,19 @@ def test_eight_concurrent_sends_are_each_delivered_once(talk):
 # -- what other verbs read ------------------------------------------------------------
 
 
-def test_last_baseline_and_unresolved(talk, isolated):
+def test_last_cursor_and_unresolved(talk, isolated):
     from mu.store import db, deliveries
 
     talk(dict(EVERY_CAP, dedupe="none"))
     try:
         with db.reading() as conn:
-            assert deliveries.last_baseline(conn, "w", "a") is None
+            assert deliveries.last_cursor(conn, "w", "a") is None
         assert run_mu("send", "w/a", "one").returncode == 0
         assert run_mu("send", "w/a", "two").returncode == 0
         assert run_mu("answer", "w/a", "y").returncode == 0  # no baseline of its own
         with db.reading() as conn:
-            assert deliveries.last_baseline(conn, "w", "a") == (1, 1)  # runs, and the incarnation of the fake
-            assert deliveries.last_baseline(conn, "w", "other") is None
+            assert deliveries.last_cursor(conn, "w", "a") == (1, 1, False)  # runs, the incarnation of the fake, not a fresh
+            assert deliveries.last_cursor(conn, "w", "other") is None
         assert deliveries.unresolved() == []
         assert run_mu("send", "w/a", "three", env={"FAKE_DELIVERY": "then-hang", "MU_EFFECT_TIMEOUT_MS": "500"}
                       ).returncode == 1
@@ -471,7 +471,7 @@ def test_last_baseline_and_unresolved(talk, isolated):
         assert [(d.agent, d.kind, d.state) for d in open_] == [("w/a", "send", "unknown")]
         assert deliveries.unresolved(None, "w", "a") == open_ and deliveries.unresolved(None, "w", "b") == []
         with db.reading() as conn:
-            assert deliveries.last_baseline(conn, "w", "a") == (1, 1)  # an unknown one is no cursor
+            assert deliveries.last_cursor(conn, "w", "a") == (1, 1, False)  # an unknown one is no cursor
     finally:
         db.close()
 

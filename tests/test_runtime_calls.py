@@ -201,6 +201,18 @@ def test_a_leader_that_exits_while_nobody_waits_takes_its_group_with_it(knobs, c
     assert groups.group_empty(process.pgid)
 
 
+def test_a_reply_written_just_before_the_leader_exits_still_counts(knobs, client):
+    # protocol "Process": the handshake's reply is in the pipe when the
+    # leader's exit is seen; the exit must not fail the call that reply
+    # answers.  The two race, so the race is run many times.
+    knobs(FAKE_EXIT_AFTER_HANDSHAKE="3")
+    for _ in range(25):
+        c = client()
+        c.started()  # raises LoadRuleError ("did not answer the handshake") when the exit wins
+        assert c.process.wait_stopped(3.0)
+        assert c.process.exit_status == 3
+
+
 def test_without_a_pidfd_the_leader_is_still_watched(knobs, client, monkeypatch):
     monkeypatch.setattr(groups, "open_pidfd", lambda pid: -1)  # as on a kernel before 5.3
     knobs(FAKE_EXIT_AFTER_HANDSHAKE="3")

@@ -246,15 +246,7 @@ class Endpoint:
                         # next line is routed: the notification may follow at once.
                         call.watch = self._open_watch_locked(watch_id)
                 del self._pending[message.id]
-            # `call.settle(reply=message)`, written out: every reply's path
-            call.reply = message
-            call.settled = True
-            gate = call._gate
-            if gate is not None:
-                try:
-                    gate.release()
-                except RuntimeError:
-                    pass  # already open
+            call.settle(reply=message)
             return
         watch_id = message.params["watchId"]
         with self._lock:

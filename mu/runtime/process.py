@@ -461,12 +461,30 @@ class PluginProcess:
 
     def _on_pidfd(self) -> None:
         reactor().drop(self._pidfd)  # readable for good once its process exited
-        self._on_leader_exit()
+        self._leader_seen_gone()
 
     def _check_leader(self) -> None:
         if not self._leader_exited and self.state is not NEW and self._leader_done():
             reactor().unwatch_leader(self._check_leader)
-            self._on_leader_exit()
+            self._leader_seen_gone()
+
+    def _leader_seen_gone(self) -> None:
+        """On the reactor's thread: the leader exited.  A reply it wrote
+        before it exited still counts, so the calls still pending fail only
+        once stdout is read to its end (the EOF path fails them, naming the
+        exit status); the group died with the leader, so that end comes at
+        once.  A stdout some escapee still holds fails them after
+        `EXIT_DRAIN_S` all the same."""
+        self._leader_done()
+        self._reader.arm()  # type: ignore[union-attr]
+        threading.Thread(target=self._after_leader_exit, name=f"mu-exit-{self.name}", daemon=True).start()
+
+    def _after_leader_exit(self) -> None:
+        until = _monotonic() + EXIT_DRAIN_S
+        while not self._reader.at_eof and _monotonic() < until:  # type: ignore[union-attr]
+            time.sleep(0.005)
+        if not self._reader.at_eof:  # type: ignore[union-attr]
+            self._on_leader_exit()  # else the EOF path did it
 
     def _on_leader_exit(self) -> None:
         self._leader_done()
@@ -525,6 +543,11 @@ class PluginProcess:
 
     def wait_stopped(self, timeout: Optional[float] = None) -> bool:
         return self._stopped.wait(timeout)
+
+
+# How long after its leader's exit a plugin's stdout may stay open (held by
+# an escapee from its group) before the calls still pending fail anyway.
+EXIT_DRAIN_S = 0.5
 
 
 def _never_refuse(_: Any) -> Optional[str]:

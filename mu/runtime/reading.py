@@ -345,6 +345,11 @@ class Reader:
             if not process.routing:
                 return
 
+    @property
+    def at_eof(self) -> bool:
+        """Whether stdout has been read to its end."""
+        return self._eof
+
     def _at_eof(self) -> None:
         with self._lock:
             if self._eof:

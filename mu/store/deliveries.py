@@ -149,32 +149,6 @@ def unresolved(conn: Optional[sqlite3.Connection] = None, workstream: Optional[s
         return [_delivery(r) for r in own.execute(sql, args)]
 
 
-class Baseline(NamedTuple):
-    """A delivery's baseline (protocol "The channel"): the turn count
-    before the turn it started, and the channel's incarnation it was
-    counted in (None when the reply named none)."""
-
-    runs: int
-    incarnation: Optional[int]
-
-
-def last_baseline(conn: sqlite3.Connection, workstream: str, name: str) -> Optional[Baseline]:
-    """The baseline of the agent's last accepted delivery that carries one
-    (`mu wait`'s cursor, DESIGN "Waiting, without a race"), or None.  A
-    later accepted delivery without a baseline (an `answer`, an `abort`)
-    does not hide an earlier send's: the turn that send started is still
-    the one to wait for.  Its incarnation lets the wait see a channel
-    restarted since that delivery as `restarted`."""
-    row = conn.execute(
-        "SELECT baseline_runs, baseline_inc FROM deliveries WHERE workstream = ? AND name = ?"
-        " AND state = 'accepted' AND baseline_runs IS NOT NULL ORDER BY seq DESC LIMIT 1",
-        (workstream, name),
-    ).fetchone()
-    if row is None:
-        return None
-    return Baseline(int(row[0]), None if row[1] is None else int(row[1]))
-
-
 class Cursor(NamedTuple):
     """What `mu wait` counts from after the agent's last delivery with a
     baseline: its runs and incarnation, and whether it was a `fresh`.  A
@@ -188,7 +162,12 @@ class Cursor(NamedTuple):
 
 
 def last_cursor(conn: sqlite3.Connection, workstream: str, name: str) -> Optional[Cursor]:
-    """`last_baseline` with the delivery's kind (`mu wait`'s cursor)."""
+    """Where the agent's last accepted delivery that carries a baseline
+    left its turns (`mu wait`'s cursor, DESIGN "Waiting, without a race"),
+    or None.  A later accepted delivery without a baseline (an `answer`,
+    an `abort`) does not hide an earlier send's: the turn that send started
+    is still the one to wait for.  Its incarnation lets the wait see a
+    channel restarted since that delivery as `restarted`."""
     row = conn.execute(
         "SELECT baseline_runs, baseline_inc, kind FROM deliveries WHERE workstream = ? AND name = ?"
         " AND state = 'accepted' AND baseline_runs IS NOT NULL ORDER BY seq DESC LIMIT 1",

@@ -145,20 +145,8 @@ class Journal:
         A call answered `ok`, the common call, joins a row of calls; any
         other outcome is rare and worth its own row, text and all, as
         every other entry (for whoever reads the table itself)."""
-        # `_add`, written out: this is the path of every call.
-        entry = (_monotonic(), plugin, pid, "core", _CALL if outcome == "ok" else _call_entry,
-                 (method, target, seconds, outcome))
-        with self._lock:
-            buffer = self._buffer
-            buffer.append(entry)
-            if len(buffer) > 1 or not self._background:
-                return  # the flush the first entry asked for takes this one too
-            start = not self._flusher
-            self._flusher = True
-        if start:
-            threading.Thread(target=self._flush_in_background, name="mu-journal", daemon=True).start()
-        else:
-            self._pending.set()
+        self._add((_monotonic(), plugin, pid, "core", _CALL if outcome == "ok" else _call_entry,
+                   (method, target, seconds, outcome)))
 
     def _add(self, entry: tuple) -> None:
         with self._lock:
