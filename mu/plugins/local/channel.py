@@ -54,24 +54,24 @@ import os
 import time
 
 from mu import sdk
-from mu.plugins.local.fields import DEDUPE_WINDOW_MS, digest_of, is_count, job_folder, timeout_of
+from mu.plugins import demo_turns
+from mu.plugins.demo_turns import CONTROL_KINDS, FIRST_INCARNATION, delivery_result, is_count, message_file, tell_watch
+from mu.plugins.local.fields import DEDUPE_WINDOW_MS, digest_of, job_folder
 from mu.plugins.local.files import create_json, ensure_dir, now_ms, read_json, write_json
 from mu.plugins.local.layout import EXIT_FILE, JOB_FILE, STOP_FILE
 from mu.plugins.local.processes import pid_runs
 from mu.plugins.local.turns import (
-    CONTROL_KINDS,
-    FIRST_INCARNATION,
     INBOX,
     TAKEN,
     counted_turn,
     landed,
-    message_file,
-    observation_now,
+    observation_of,
     order,
     order_of,
     predict_baseline,
     queued,
     reading_of,
+    settled_turn_of,
     turn_record,
 )
 
@@ -104,7 +104,7 @@ class ChannelSeam:
         try:
             folder, job = self._channel_job(call)
         except sdk.Permanent as exc:
-            asked = _asked_agent(call)
+            asked = demo_turns.asked_agent(call.target)
             reading = {"state": "unknown", "since": now_ms(), "runs": 0, "incarnation": FIRST_INCARNATION,
                        "reason": exc.message}
             return {asked: reading} if asked in targets else {}
@@ -134,7 +134,7 @@ class ChannelSeam:
 
     @sdk.method("channel.receipt")
     def receipt(self, params, call):
-        msg_id = _msg_id(params)
+        msg_id = demo_turns.msg_id_of(params)
         try:
             folder, _job = self._channel_job(call)
         except sdk.Permanent as exc:
@@ -174,53 +174,36 @@ class ChannelSeam:
             after = turn["runs"] if turn and turn["incarnation"] == inc else 0
         watch = call.watch()
         watch.start(_watch_turns, folder, inc, after)
-        return {"watchId": watch.id, "initial": observation_now(folder, turn), "afterRuns": after}
+        return {"watchId": watch.id, "initial": observation_of(folder, turn), "afterRuns": after}
 
     # -- deliveries (effects) ----------------------------------------------------
 
+    # the params' checks and the message each delivery makes are the SSH
+    # provider's too (mu.plugins.demo_turns); the delivery itself is local
+
     @sdk.method("channel.send")
     def send(self, params, call):
-        mode = params.get("mode")
-        if mode not in ("followUp", "steer"):
-            raise sdk.Permanent("mode must be followUp or steer")
-        message = {"text": _text(params), "force": params.get("force") is True,
-                   "firstPrompt": params.get("firstPrompt") is True}
-        _expect(params, message)
-        kind = "steer" if mode == "steer" else "send"
-        return self._deliver(params, call, kind, message, _msg_id(params))
+        return self._deliver(params, call, *demo_turns.send(params))
 
     @sdk.method("channel.fresh")
     def fresh(self, params, call):
-        message = _expect(params, {"text": _text(params), "force": params.get("force") is True})
-        return self._deliver(params, call, "fresh", message, _msg_id(params))
+        return self._deliver(params, call, *demo_turns.fresh(params))
 
     @sdk.method("channel.command")
     def command(self, params, call):
-        name = params.get("name")
-        if not isinstance(name, str) or not name:
-            raise sdk.Permanent("channel.command needs a name")
-        instructions = params.get("instructions", "")
-        if not isinstance(instructions, str):
-            raise sdk.Permanent("instructions must be a string")
-        message = _expect(params, {"name": name, "instructions": instructions, "force": params.get("force") is True})
-        return self._deliver(params, call, "command", message, None)
+        return self._deliver(params, call, *demo_turns.command(params))
 
     @sdk.method("channel.interrupt")
     def interrupt(self, params, call):
-        timeout_of(params)
-        return self._deliver(params, call, "interrupt", _expect(params, {"text": _text(params)}), _msg_id(params))
+        return self._deliver(params, call, *demo_turns.interrupt(params))
 
     @sdk.method("channel.abort")
     def abort(self, params, call):
-        timeout_of(params)
-        return self._deliver(params, call, "abort", {}, None)
+        return self._deliver(params, call, *demo_turns.abort(params))
 
     @sdk.method("channel.answer")
     def answer(self, params, call):
-        keys = params.get("keys")
-        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
-            raise sdk.Permanent("keys must be a non-empty list of strings")
-        return self._deliver(params, call, "answer", {"keys": keys, "force": params.get("force") is True}, None)
+        return self._deliver(params, call, *demo_turns.answer(params))
 
     def _deliver(self, params, call, kind, message, msg_id):
         """Deliver once (protocol "Effects and replay": a repeat returns the
@@ -264,7 +247,7 @@ class ChannelSeam:
         if _takes_soon(folder, kind, mid):
             wait = TAKE_WAIT_S
             if kind in ("interrupt", "abort"):
-                wait = params["timeoutMs"] / 1000.0
+                wait = demo_turns.timeout_ms(params) / 1000.0
             taken = _await_take(folder, mid, wait, call)
         if taken is None:
             taken = _await_take(folder, mid, 0.0, call)  # taken while we looked elsewhere
@@ -304,33 +287,8 @@ class ChannelSeam:
                                     % state)
 
     def _delivery_result(self, folder, kind, delivered, taken, params):
-        mid = delivered["msgId"]
-        if kind == "interrupt":
-            if taken:
-                result = {"wasBusy": taken.get("state") in ("busy", "blocked"), "pending": False, "msgId": mid}
-                for field in ("runs", "incarnation"):
-                    if is_count(taken.get(field)):
-                        result[field] = taken[field]
-                return result
-            turn = turn_record(folder)
-            return {"wasBusy": bool(turn and turn["state"] in ("busy", "blocked")), "pending": True,
-                    "runs": predict_baseline(folder, delivered), "msgId": mid}
-        if kind == "abort":
-            if taken:
-                busy = taken.get("state") in ("busy", "blocked")
-                return {"before": "busy" if busy else "idle", "after": "idle", "settled": True, "aborted": busy,
-                        "pending": False}
-            turn = turn_record(folder)
-            state = "busy" if turn and turn["state"] in ("busy", "blocked") else "idle"
-            return {"before": state, "after": state, "settled": state == "idle", "aborted": False, "pending": True}
-        if kind == "answer":
-            return {"keys": list(params["keys"]), "ack": "confirmed" if taken else "unknown"}
-        result = {"channel": self.name, "ack": "confirmed" if taken else "unknown", "msgId": mid}
-        if taken and is_count(taken.get("runs")):
-            result["baseline"] = taken["runs"]
-        else:
-            result["baseline"] = predict_baseline(folder, delivered)
-        return result
+        return delivery_result(kind, self.name, delivered["msgId"], taken, turn_record(folder),
+                               lambda: predict_baseline(folder, delivered), params)
 
     # -- the job -------------------------------------------------------------------
 
@@ -343,19 +301,11 @@ class ChannelSeam:
         job = read_json(os.path.join(folder, JOB_FILE))
         if not job or job.get("key") != key:
             raise sdk.Permanent("host %s has no job with key %s" % (host["handle"], key))
-        asked = _asked_agent(call)
+        asked = demo_turns.asked_agent(call.target)
         agent = _job_agent(job, call)
         if asked is not None and agent != asked and call.method != "channel.readStates":
             raise sdk.Permanent("job %s runs agent %s, not %s" % (key, agent, asked))
         return folder, job
-
-
-def _asked_agent(call):
-    agent = (call.target or {}).get("agent")
-    if not isinstance(agent, dict) or not isinstance(agent.get("workstream"), str) \
-            or not isinstance(agent.get("name"), str):
-        return None
-    return "%s/%s" % (agent["workstream"], agent["name"])
 
 
 def _job_agent(job, call):
@@ -367,7 +317,7 @@ def _job_agent(job, call):
     agent = (job.get("env") or {}).get("MU_AGENT")
     if isinstance(agent, str) and agent:
         return agent
-    return _asked_agent(call)
+    return demo_turns.asked_agent(call.target)
 
 
 def _channel_lock(folder, call):
@@ -442,33 +392,10 @@ def _watch_turns(watch, folder, inc, after):
     counts in incarnation `inc` (watch/settled), or once the agent runs
     another incarnation (watch/restarted); nothing after a cancel."""
     while not watch.cancelled.is_set():
-        turn = turn_record(folder)
-        # before the agent starts, its incarnation is the first one
-        current = turn["incarnation"] if turn is not None else FIRST_INCARNATION
-        seen = counted_turn(folder, inc, after + 1)
-        if seen is not None:
-            # a turn of the old incarnation that settled just before a
-            # restart still counts: settled, not restarted
-            watch.settled(seen)
-            return
-        if current != inc:
-            watch.restarted(current)
+        # turn.json first, then the turn's file (written before turn.json counts it)
+        if tell_watch(watch, turn_record(folder), settled_turn_of(folder, inc, after + 1), inc, after):
             return
         watch.cancelled.wait(WATCH_POLL_S)
-
-
-def _msg_id(params):
-    msg_id = params.get("msgId")
-    if not isinstance(msg_id, str) or not msg_id:
-        raise sdk.Permanent("the call needs a msgId")
-    return msg_id
-
-
-def _text(params):
-    text = params.get("text")
-    if not isinstance(text, str):
-        raise sdk.Permanent("the call needs a text")
-    return text
 
 
 def _runs_param(params, name, required=False):
@@ -478,17 +405,6 @@ def _runs_param(params, name, required=False):
     if not is_count(value):
         raise sdk.Permanent("%s must be a whole number" % name)
     return value
-
-
-def _expect(params, message):
-    """`message` with the call's expectIncarnation, when it names one (the
-    check is `_may_deliver`'s, under the channel lock)."""
-    value = params.get("expectIncarnation")
-    if value is not None:
-        if not is_count(value):
-            raise sdk.Permanent("expectIncarnation must be a whole number")
-        message["expectIncarnation"] = value
-    return message
 
 
 def _incarnation_param(params):

@@ -48,34 +48,27 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from mu import sdk
+from mu.plugins import demo_turns
+from mu.plugins.demo_turns import FIRST_INCARNATION, is_count, message_file
 from mu.plugins.ssh import remote
 from mu.plugins.ssh.job import job_name, target_key
 
 CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "native", "interrupt": "native",
         "fresh": "in-place", "answer": True, "command": True, "watch": "stream", "settleText": "full"}
-FIRST_INCARNATION = 1
-TURN_STATES = ("idle", "busy", "blocked")
-PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")  # the demo agent's rule
 READ_S = 8.0
 EFFECT_S = 30.0
 TAKE_WAIT_S = 2.0  # how long a delivery waits for the agent to take it (ack "confirmed")
 REPLY_MARGIN_S = 1.0  # what the wait leaves of the call's time for the rest of the round trip
-DEFAULT_TIMEOUT_MS = 20000  # interrupt's and abort's timeoutMs when none is given
 # command, abort and answer carry no msgId (protocol "The channel"): the same
 # params inside this window are one delivery (as the local provider's)
 PARAMS_WINDOW_MS = 600000
-CONTROL_KINDS = ("steer", "interrupt", "abort", "answer")  # the agent takes them at once, even during a turn
 WATCH_POLL_S = 0.3
 MARK = "\x02F "  # not a line boundary for str.splitlines, unlike \x1e
-OBSERVATION_FIELDS = {"status": str, "settled": bool, "since": int, "runs": int, "incarnation": int, "reason": str,
-                      "pending": str, "lastText": str, "lastTextTruncated": bool, "lastError": str}
 
 # Print each named file (a name ending in "/": each *.json in that folder)
 # as "\002F <name>\n<bytes>\n\002E\n"; a missing one prints nothing.
@@ -243,13 +236,6 @@ mkdir -p -- "$J/fenced" && printf '{"at":%s}\n' "$3" > "$J/fenced/$name.json" &&
 '''
 
 
-def message_file(msg_id: str) -> str:
-    """inbox/<this>.json and taken/<this>.json (the demo agent's rule)."""
-    if PLAIN_ID.match(msg_id):
-        return msg_id
-    return "sha256-" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def declaration(name: str) -> Dict[str, Any]:
     return {"name": name, "caps": dict(CAPS)}
 
@@ -274,7 +260,7 @@ class ChannelSeam:
         targets = params.get("targets")
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
             raise sdk.Permanent("targets must be a list of <workstream>/<name>")
-        asked = _asked_agent(call)
+        asked = demo_turns.asked_agent(call.target)
         try:
             files = self._read(call, ["turn.json", "agent"])
         except sdk.Human:
@@ -310,14 +296,14 @@ class ChannelSeam:
     @sdk.method("channel.lastRun")
     def last_run(self, params: Dict[str, Any], call: Any) -> Optional[Dict[str, Any]]:
         after = params.get("afterRuns")
-        if not _is_count(after):
+        if not is_count(after):
             raise sdk.Permanent("afterRuns must be a count")
         inc = params.get("inc")
         files = self._read(call, ["turn.json"])
         if files is None:
             raise sdk.Permanent("the host has no such job")
         turn = _turn(files)
-        if not _is_count(inc):
+        if not is_count(inc):
             inc = turn["incarnation"] if turn else FIRST_INCARNATION
         name = "turns/%d-%d.json" % (inc, after + 1)
         return _settled(self._read(call, [name]) or {}, name, inc, after + 1)
@@ -328,9 +314,9 @@ class ChannelSeam:
         if files is None:
             raise sdk.Permanent("the host has no such job")
         turn = _turn(files)
-        inc = params.get("inc") if _is_count(params.get("inc")) else (turn["incarnation"] if turn else FIRST_INCARNATION)
+        inc = params.get("inc") if is_count(params.get("inc")) else (turn["incarnation"] if turn else FIRST_INCARNATION)
         after = params.get("afterRuns")
-        if not _is_count(after):
+        if not is_count(after):
             after = turn["runs"] if turn and turn["incarnation"] == inc else 0
         conn, _end, key = self._folder(call, READ_S)
         watch = call.watch()
@@ -339,7 +325,7 @@ class ChannelSeam:
 
     @sdk.method("channel.receipt")
     def receipt(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        msg_id = _msg_id(params)
+        msg_id = demo_turns.msg_id_of(params)
         try:
             conn, end, key = self._folder(call, READ_S)
             lines = conn.op(RECEIPT, [job_name(key), message_file(msg_id), str(_now_ms())], end, call, acts=True)
@@ -351,7 +337,7 @@ class ChannelSeam:
             if record.get("msgId") == msg_id:
                 answer = {"state": "accepted", "id": msg_id}
                 for field in (("runs", "at", "incarnation") if word == "taken" else ("at",)):
-                    if _is_count(record.get(field)):
+                    if is_count(record.get(field)):
                         answer[field] = record[field]
                 return answer
             return {"state": "unreachable", "id": msg_id, "reason": "another msgId holds its file name"}
@@ -362,47 +348,32 @@ class ChannelSeam:
 
     # -- the delivery --------------------------------------------------------------
 
+    # the params' checks and the message each delivery makes are the local
+    # provider's too (mu.plugins.demo_turns); the delivery itself is remote
+
     @sdk.method("channel.send")
     def send(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        mode = params.get("mode")
-        if mode not in ("followUp", "steer"):
-            raise sdk.Permanent("mode must be followUp or steer")
-        message = _expect(params, {"text": _text(params), "force": params.get("force") is True,
-                                   "firstPrompt": params.get("firstPrompt") is True})
-        return self._deliver(params, call, "steer" if mode == "steer" else "send", message, _msg_id(params))
+        return self._deliver(params, call, *demo_turns.send(params))
 
     @sdk.method("channel.fresh")
     def fresh(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        message = _expect(params, {"text": _text(params), "force": params.get("force") is True})
-        return self._deliver(params, call, "fresh", message, _msg_id(params))
+        return self._deliver(params, call, *demo_turns.fresh(params))
 
     @sdk.method("channel.command")
     def command(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        name = params.get("name")
-        if not isinstance(name, str) or not name:
-            raise sdk.Permanent("channel.command needs a name")
-        instructions = params.get("instructions", "")
-        if not isinstance(instructions, str):
-            raise sdk.Permanent("instructions must be a string")
-        message = _expect(params, {"name": name, "instructions": instructions, "force": params.get("force") is True})
-        return self._deliver(params, call, "command", message, None)
+        return self._deliver(params, call, *demo_turns.command(params))
 
     @sdk.method("channel.interrupt")
     def interrupt(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        _timeout_ms(params)
-        return self._deliver(params, call, "interrupt", _expect(params, {"text": _text(params)}), _msg_id(params))
+        return self._deliver(params, call, *demo_turns.interrupt(params))
 
     @sdk.method("channel.abort")
     def abort(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        _timeout_ms(params)
-        return self._deliver(params, call, "abort", {}, None)
+        return self._deliver(params, call, *demo_turns.abort(params))
 
     @sdk.method("channel.answer")
     def answer(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        keys = params.get("keys")
-        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
-            raise sdk.Permanent("keys must be a non-empty list of strings")
-        return self._deliver(params, call, "answer", {"keys": keys, "force": params.get("force") is True}, None)
+        return self._deliver(params, call, *demo_turns.answer(params))
 
     def _deliver(self, params: Dict[str, Any], call: Any, kind: str, fields: Dict[str, Any],
                  msg_id: Optional[str]) -> Dict[str, Any]:
@@ -428,7 +399,7 @@ class ChannelSeam:
         message = dict({"msgId": msg_id if msg_id is not None else name, "kind": kind}, **fields)
         message["at"] = at
         record = {"msgId": message["msgId"], "method": call.method, "digest": digest, "at": at, "message": message}
-        wait = TAKE_WAIT_S if kind not in ("interrupt", "abort") else params.get("timeoutMs", DEFAULT_TIMEOUT_MS) / 1000.0
+        wait = TAKE_WAIT_S if kind not in ("interrupt", "abort") else params.get("timeoutMs", demo_turns.DEFAULT_TIMEOUT_MS) / 1000.0
         wait = max(0.0, min(wait, end - time.monotonic() - REPLY_MARGIN_S))
         stdin = "\n".join([_line(record), _line(message), self._taken_result(kind, message["msgId"], params)]) + "\n"
         expect = fields.get("expectIncarnation")
@@ -513,31 +484,8 @@ class ChannelSeam:
         taken = _json(files.get("taken/%s.json" % message_file(mid), "")) if mid else None
         if taken is not None and taken.get("msgId") != mid:
             taken = None
-        turn = _turn(files)
-        busy_now = bool(turn and turn["state"] in ("busy", "blocked"))
-        if kind == "interrupt":
-            if taken:
-                result = {"wasBusy": taken.get("state") in ("busy", "blocked"), "pending": False, "msgId": mid}
-                for field in ("runs", "incarnation"):
-                    if _is_count(taken.get(field)):
-                        result[field] = taken[field]
-                return result
-            return {"wasBusy": busy_now, "pending": True, "runs": _predict(files, delivered), "msgId": mid}
-        if kind == "abort":
-            if taken:
-                busy = taken.get("state") in ("busy", "blocked")
-                return {"before": "busy" if busy else "idle", "after": "idle", "settled": True, "aborted": busy,
-                        "pending": False}
-            state = "busy" if busy_now else "idle"
-            return {"before": state, "after": state, "settled": state == "idle", "aborted": False, "pending": True}
-        if kind == "answer":
-            return {"keys": list(params["keys"]), "ack": "confirmed" if taken else "unknown"}
-        result = {"channel": self.name, "ack": "confirmed" if taken else "unknown", "msgId": mid}  # type: ignore
-        if taken and _is_count(taken.get("runs")):
-            result["baseline"] = taken["runs"]
-        else:
-            result["baseline"] = _predict(files, delivered)
-        return result
+        return demo_turns.delivery_result(kind, self.name, mid, taken, _turn(files),  # type: ignore[attr-defined]
+                               lambda: _predict(files, delivered), params)
 
 
 # -- reading the host ------------------------------------------------------------
@@ -571,50 +519,15 @@ def _predict(files: Dict[str, str], delivered: Dict[str, Any]) -> int:
     the turns in order, a fresh resetting to 0.  Exact when nothing else
     arrives before it is taken."""
     mine = delivered.get("msgId")
-    kind = delivered.get("kind", "send")
     taken = _json(files.get("taken/%s.json" % message_file(mine), "")) if isinstance(mine, str) else None
-    if taken and taken.get("msgId") == mine and _is_count(taken.get("runs")):
-        return taken["runs"]  # taken meanwhile: its count is known, not predicted
-    turn = _turn(files) or {"runs": 0, "state": "idle"}
-    # turn.json holds a take before taken/ does: what it names is not queued
-    held = set((turn.get("turn") or {}).get("msgIds") or [])
-    for entry in turn.get("takenLog") or []:
-        if isinstance(entry, dict):
-            held.add(entry.get("msgId"))
-            if entry.get("msgId") == mine and _is_count(entry.get("runs")):
-                return entry["runs"]
     queue = []
     for name, body in files.items():
         message = _json(body) if name.startswith("inbox/") else None
-        if message and isinstance(message.get("msgId"), str) and message["msgId"] not in held:
-            at = message.get("at") if _is_count(message.get("at")) else 0
+        if message and isinstance(message.get("msgId"), str):
+            at = message.get("at") if is_count(message.get("at")) else 0
             queue.append((at, name[len("inbox/"):], message))
     queue.sort(key=lambda q: (q[0], q[1]))
-    ordered = [m for _at, _name, m in queue]
-    runs, busy = turn["runs"], turn["state"] != "idle"
-    position = next((i for i, m in enumerate(ordered) if m["msgId"] == mine), len(ordered))
-    ahead = ordered[:position]
-    for message in [m for m in ahead if m.get("kind") in CONTROL_KINDS]:
-        runs, busy = _take_control(message.get("kind"), runs, busy)
-    if kind in CONTROL_KINDS:
-        runs, busy = _take_control(kind, runs, busy)
-        return runs
-    for message in [m for m in ahead if m.get("kind", "send") not in CONTROL_KINDS]:
-        runs = runs + 1 if busy else runs
-        runs, busy = (0 if message.get("kind") == "fresh" else runs), True
-    runs = runs + 1 if busy else runs
-    return 0 if kind == "fresh" else runs
-
-
-def _take_control(kind: Any, runs: int, busy: bool) -> Tuple[int, bool]:
-    """(runs, busy) once the agent took a control message of `kind`."""
-    if kind == "steer":
-        return runs, True
-    if kind == "interrupt":
-        return (runs + 1 if busy else runs), True
-    if kind == "abort":
-        return (runs + 1 if busy else runs), False
-    return runs, busy  # an answer joins the turn, or does nothing
+    return demo_turns.predict_runs(_turn(files), [m for _at, _name, m in queue], taken, delivered)
 
 
 def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int) -> None:
@@ -631,14 +544,7 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
         except sdk.PluginError:
             files = None
         if files is not None:
-            turn = _turn(files)
-            current = turn["incarnation"] if turn else FIRST_INCARNATION
-            seen = _settled(files, name, inc, after + 1)
-            if seen is not None and (current != inc or (turn is not None and turn["runs"] > after)):
-                watch.settled(seen)
-                return
-            if current != inc:
-                watch.restarted(current)
+            if demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1), inc, after):
                 return
         watch.cancelled.wait(WATCH_POLL_S)
 
@@ -647,100 +553,35 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
 
 
 def _turn(files: Dict[str, str]) -> Optional[Dict[str, Any]]:
-    turn = _json(files.get("turn.json", ""))
-    if not turn or turn.get("state") not in TURN_STATES or not _is_count(turn.get("runs")) \
-            or not _is_count(turn.get("incarnation")) or not _is_count(turn.get("since")):
-        return None
-    return turn
+    return demo_turns.checked_turn(_json(files.get("turn.json", "")))
 
 
 def _reading(files: Dict[str, str]) -> Dict[str, Any]:
-    turn = _turn(files)
-    if turn is None:
-        why = "the agent has not started yet" if "turn.json" not in files else "turn.json is not a turn record"
-        return {"state": "unknown", "since": _now_ms(), "runs": 0, "incarnation": FIRST_INCARNATION, "reason": why}
-    reading = {"state": turn["state"], "since": turn["since"], "runs": turn["runs"], "incarnation": turn["incarnation"]}
-    if turn["state"] == "blocked" and isinstance(turn.get("pending"), str):
-        reading["pending"] = turn["pending"]
-    return reading
+    return demo_turns.reading(_turn(files), _now_ms(), _why_unknown(files))
 
 
 def _observation_now(files: Dict[str, str], turn: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    if turn is None:
-        reading = _reading(files)
-        return {"status": "unknown", "settled": False, "since": reading["since"], "runs": 0,
-                "incarnation": FIRST_INCARNATION, "reason": reading["reason"]}
-    seen = {"status": turn["state"], "settled": turn["state"] == "idle", "since": turn["since"], "runs": turn["runs"],
-            "incarnation": turn["incarnation"]}
-    if turn["state"] == "blocked" and isinstance(turn.get("pending"), str):
-        seen["pending"] = turn["pending"]
-    if isinstance(turn.get("lastText"), str):
-        seen["lastText"] = turn["lastText"]
-    if isinstance(turn.get("lastError"), str) and turn["lastError"]:
-        seen["lastError"] = turn["lastError"]
-    return seen
+    return demo_turns.observation_now(turn, _now_ms(), _why_unknown(files))
+
+
+def _why_unknown(files: Dict[str, str]) -> str:
+    """Why there is no turn record in what was read (the local provider's
+    reason names the folder; the host's is not the plugin's to print)."""
+    return "the agent has not started yet" if "turn.json" not in files else "turn.json is not a turn record"
 
 
 def _settled(files: Dict[str, str], name: str, inc: int, n: int) -> Optional[Dict[str, Any]]:
     """turns/<inc>-<n>.json as an observation, or None."""
-    seen = _json(files.get(name, ""))
-    if not seen or n < 1:
-        return None
-    kept = {k: v for k, v in seen.items() if k in OBSERVATION_FIELDS and type(v) is OBSERVATION_FIELDS[k]}
-    if not all(k in kept for k in ("status", "settled", "since", "runs", "incarnation")):
-        return None
-    if kept["runs"] != n or kept["incarnation"] != inc or kept["status"] not in TURN_STATES + ("unknown",):
-        return None
-    return kept
+    return demo_turns.settled_turn(_json(files.get(name, "")), inc, n)
 
 
 # -- small things ----------------------------------------------------------------
-
-
-def _asked_agent(call: Any) -> Optional[str]:
-    agent = (call.target or {}).get("agent")
-    if not isinstance(agent, dict) or not isinstance(agent.get("workstream"), str) \
-            or not isinstance(agent.get("name"), str):
-        return None
-    return "%s/%s" % (agent["workstream"], agent["name"])
-
-
-def _msg_id(params: Dict[str, Any]) -> str:
-    msg_id = params.get("msgId")
-    if not isinstance(msg_id, str) or not msg_id:
-        raise sdk.Permanent("the call needs a msgId")
-    return msg_id
-
-
-def _expect(params: Dict[str, Any], fields: Dict[str, Any]) -> Dict[str, Any]:
-    """`fields` with the call's expectIncarnation, when it names one (the
-    host checks it under the channel lock: DELIVER)."""
-    value = params.get("expectIncarnation")
-    if value is not None:
-        if not _is_count(value):
-            raise sdk.Permanent("expectIncarnation must be a whole number")
-        fields["expectIncarnation"] = value
-    return fields
 
 
 def _other_params(msg_id: Optional[str], rec: str) -> str:
     if msg_id is None:
         return "delivery %s was recorded with other params; nothing was delivered" % rec
     return "msgId %s was delivered with other params; a msgId is one delivery" % msg_id
-
-
-def _text(params: Dict[str, Any]) -> str:
-    text = params.get("text")
-    if not isinstance(text, str):
-        raise sdk.Permanent("the call needs a text")
-    return text
-
-
-def _timeout_ms(params: Dict[str, Any]) -> int:
-    timeout = params.get("timeoutMs", DEFAULT_TIMEOUT_MS)
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
-        raise sdk.Permanent("timeoutMs must be a positive integer")
-    return timeout
 
 
 def _json(text: str) -> Optional[Dict[str, Any]]:
@@ -753,10 +594,6 @@ def _json(text: str) -> Optional[Dict[str, Any]]:
 
 def _line(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _now_ms() -> int:
