@@ -264,11 +264,20 @@ def test_a_flush_folds_white_space_only_where_it_must(tmp_path):
     assert folded == ["tab here", "lead", "trail", "two spaces", "nbsp here", "line sep", "untouched"]
 
 
-def test_calls_are_rows_of_their_own_in_mu_log(tmp_path):
+@pytest.mark.parametrize("ids_ahead", [False, True])
+def test_calls_are_rows_of_their_own_in_mu_log(tmp_path, monkeypatch, ids_ahead):
     # A run of calls of one plugin process is one row; read back, each call
     # is an entry of its own, in recording order among the other entries,
     # with its own time, its text, and an id that sorts (and is unique).
+    # `ids_ahead`: this process made an id a minute ahead before, so the
+    # ids below borrow that millisecond; --since and --until still go by
+    # each entry's own time.
     import sqlite3
+
+    if ids_ahead:
+        from mu import ids
+
+        monkeypatch.setattr(ids, "_last_ms", int(time.time() * 1000) + 60_000)  # put back after the test
 
     path = str(tmp_path / "j.db")
     j = Journal(path, background=False)

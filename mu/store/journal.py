@@ -416,40 +416,37 @@ def query(
     if pid is not None:
         clauses.append("pid = ?")
         args.append(pid)
-    since_id = until_id = None
+    # `--since` and `--until` are about an entry's time.  An id's
+    # millisecond is never before its entry's time (a process whose clock
+    # of ids ran ahead borrows later ones), so the id bound only narrows
+    # the rows read; a row of calls begun before `since_ms` may hold later
+    # calls, and a row's time is its first call's.
     if since_ms is not None:
-        since_id = uuid7_floor(since_ms)
-        clauses.append("id >= ?")  # a row of calls begun before may hold later ones
+        clauses.append("id >= ?")
         args.append(uuid7_floor(max(0, since_ms - CALLS_ROW_SPAN_MS)))
     if until_ms is not None:
-        until_id = uuid7_floor(until_ms)
-        clauses.append("id < ?")
-        args.append(until_id)
+        clauses.append("at < ?")
+        args.append(until_ms)
     if after_id is not None:
         clauses.append("id >= ?")  # the row of calls `after_id` may be one of
         args.append(_row_id(after_id))
     where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
     sql = f"SELECT id, at, plugin, pid, mu_pid, stream, text, calls FROM journal {where} ORDER BY id DESC"
+
+    def wanted(entry: Entry) -> bool:
+        return not ((since_ms is not None and entry.at < since_ms) or (until_ms is not None and entry.at >= until_ms)
+                    or (after_id is not None and entry.id <= after_id)
+                    or (grep is not None and not grep.search(entry.text)))
+
     found: List[Entry] = []
     with db.reading(path) as conn:
         for row in _rows(conn.execute(sql, args)):
-            if row[7] is None:
-                entry = Entry(*row[:7])
-                if ((since_id is not None and entry.id < since_id) or (after_id is not None and entry.id <= after_id)
-                        or (grep is not None and not grep.search(entry.text))):
-                    continue
-                found.append(entry)
-                if last is not None and len(found) >= last:
-                    break
-                continue
-            for entry in reversed(_calls_of(row)):
-                if ((since_ms is not None and entry.at < since_ms) or (until_ms is not None and entry.at >= until_ms)
-                        or (after_id is not None and entry.id <= after_id)
-                        or (grep is not None and not grep.search(entry.text))):
-                    continue
-                found.append(entry)
-                if last is not None and len(found) >= last:
-                    break
+            entries = [Entry(*row[:7])] if row[7] is None else reversed(_calls_of(row))
+            for entry in entries:
+                if wanted(entry):
+                    found.append(entry)
+                    if last is not None and len(found) >= last:
+                        break
             if last is not None and len(found) >= last:
                 break
     found.reverse()
