@@ -35,37 +35,22 @@ def _getrandbits(bits: int) -> int:
 
 
 def uuid7(now_ms: "int | None" = None) -> str:
-    """A new UUIDv7 as its canonical 36-character string."""
-    global _last_ms, _seq
-    with _lock:
-        ms = int(time.time() * 1000) if now_ms is None else now_ms
-        if ms <= _last_ms:
-            ms = _last_ms
-            _seq += 1
-            if _seq > 0xFFF:  # counter spent: borrow the next millisecond
-                ms += 1
-                _seq = 0
-        else:
-            _seq = 0
-        _last_ms = ms
-        seq = _seq
-    # The random bits only keep ids of different processes apart; they guard
-    # no secret, so the cheap generator will do.
-    value = (ms & _MS_MASK) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | _getrandbits(62)
-    return _text(value)
+    """A new UUIDv7 as its canonical 36-character string (of `now_ms`,
+    else of the current time)."""
+    return uuid7_batch([int(time.time() * 1000) if now_ms is None else now_ms])[0]
 
 
 def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
-    """One new UUIDv7 for each epoch-ms time in `times_ms`, in order: the
-    same ids `uuid7(t)` would make one by one (strictly increasing, each
-    in its millisecond or the next one the counter borrows), made under
-    one lock for a whole batch (the journal's flush).
+    """One new UUIDv7 for each epoch-ms time in `times_ms`, in order:
+    strictly increasing, each in its millisecond or the next one the
+    counter borrows, made under one lock for a whole batch (the journal's
+    flush; `uuid7` is a batch of one).
 
-    What a caller may rely on differs in one way only: the 62 random bits
-    are drawn once per batch.  They only keep ids of different processes
-    apart (a process's own ids are kept apart and in order by their
-    millisecond and counter), which a batch's one draw does as well as a
-    draw per id, at a fraction of the cost of formatting each id whole.
+    The 62 random bits are drawn once per batch.  They only keep ids of
+    different processes apart (a process's own ids are kept apart and in
+    order by their millisecond and counter), which a batch's one draw does
+    as well as a draw per id, at a fraction of the cost of formatting each
+    id whole.
     """
     global _last_ms, _seq
     rand = _getrandbits(62)

@@ -103,29 +103,17 @@ def check_request(request: Request) -> None:
         raise UsageError("`mu answer` needs one or more keys, none of them empty")
 
 
-def recorded_incarnation(agent: Agent) -> Optional[int]:
-    """The incarnation mu recorded for the agent, or None while it knows
-    none (then no `expectIncarnation` is sent: mu expects nothing it does
-    not know)."""
-    return readings.recorded_incarnation(agent)
-
-
 def _expected_incarnation(client: PluginClient, target: _Target, kind: str) -> Optional[int]:
     """The incarnation a delivery of `kind` expects: the recorded one, else
     (mu knows none: a fresh not taken yet, a row from before mu recorded
     them) the one `channel.baseline` names now, which is then recorded.
     A baseline that cannot be read leaves it unknown: nothing is expected."""
-    known = recorded_incarnation(target.agent)
+    known = readings.recorded_incarnation(target.agent)
     if known is not None or kind not in seam.EXPECT_INCARNATION:
         return known
-    try:
-        base = channel_seam.baseline(client, target.agent, target.host, target.job)  # type: ignore[arg-type]
-    except MuError:
-        return None
-    inc = (base or {}).get("incarnation")
-    if not isinstance(inc, int):
-        return None
-    readings.learn_incarnation(target.agent, inc)
+    inc = _current_incarnation(client, target)
+    if inc is not None:
+        readings.learn_incarnation(target.agent, inc)
     return inc
 
 

@@ -299,19 +299,9 @@ def _alive(wrapper):
     """Does the recorded wrapper still run?  Its start time guards against a
     reused pid; a zombie runs nothing."""
     pid = wrapper.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    stat = proc_stat(pid)
+    stat = proc_stat(pid) if isinstance(pid, int) and pid > 0 else None
     if stat is None:
-        if os.path.isdir("/proc"):
-            return False
-        try:  # no /proc: the pid alone
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
+        return not os.path.isdir("/proc") and pid_runs(pid)  # no /proc: the pid alone
     state, started = stat
     return state not in "ZX" and (wrapper.get("start") is None or wrapper.get("start") == started)
 
