@@ -18,6 +18,7 @@ Verbs:
   abort     abort an agent's turn
   answer    answer an agent's pending question
   collect   bring an agent's commits back onto branch mu/<workstream>/<name>
+  doctor    find what is off, and name the command that fixes it
   help      print a verb's usage
 """
 
@@ -53,6 +54,7 @@ GROUPS = {
     "abort": "mu.cli.send",
     "answer": "mu.cli.send",
     "collect": "mu.cli.collect",
+    "doctor": "mu.cli.doctor",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.
