@@ -103,6 +103,9 @@ class Snapshot(NamedTuple):
     hosts: List[HostState]
     notices: List[Notice]
     asked: bool
+    # each asked agent's whole reading, by name (empty when none was asked):
+    # for a live view that shows more of an agent than `mu state` prints
+    readings: Dict[str, Any] = {}
 
     def as_json(self) -> Dict[str, Any]:
         # dict(zip(keys, row)) by map: no Python frame per agent
@@ -138,20 +141,26 @@ def _unresolved_deliveries(conn) -> List[Any]:
     return deliveries.unresolved(conn)
 
 
-def state() -> Snapshot:
+def state(clients: Optional["readings.Clients"] = None, last_text: bool = False) -> Snapshot:
     """The snapshot and its notices; asks the plugins only up to `ASK_MAX`
-    agents (see the module's docstring)."""
+    agents (see the module's docstring).  `clients`: plugin processes the
+    caller keeps between snapshots (a live view), which this call then
+    neither starts afresh nor stops; `last_text`: each asked agent's
+    reading carries its last settled turn (one `channel.lastRun` more)."""
     margin_ms = environment.host_deadline_margin_ms()
     records = _read_records()
     now_ms = int(time.time() * 1000)
     by_host = {h.name: h for h in records.hosts}
     ask = len(records.agents) <= ASK_MAX
     notices: List[Notice] = []
-    clients = None
-    if ask and records.agents:
+    own = None
+    seen: Dict[str, Any] = {}
+    if not (ask and records.agents):
+        clients = None
+    elif clients is None:
         from mu.agents import readings
 
-        clients = readings.Clients()
+        clients = own = readings.Clients()
     try:
         # a host inside its margin: each of its agents gets a notice (a
         # provider host's only: a profile has no deadline, mu.agents.hosting)
@@ -164,7 +173,7 @@ def state() -> Snapshot:
 
         def other(row: Glance) -> AgentState:
             host = by_host.get(row.job_host or row.host)
-            one = _asked(row, clients) if clients is not None else _from_records(row, host)
+            one = _asked(row, clients, seen, last_text) if clients is not None else _from_records(row, host)
             if one.liveness == DEAD or row.job_state in (None, "stopped") or host is not None \
                     and host.name in draining:
                 notices.extend(_agent_notices(one, row, host, margin_ms, now_ms))
@@ -181,12 +190,12 @@ def state() -> Snapshot:
             for row in records.agents
         ]
     finally:
-        if clients is not None:
-            clients.stop("mu state is done")
+        if own is not None:
+            own.stop("mu state is done")
     agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
     host_rows = [_host_state(h, now_ms) for h in records.hosts]
-    return Snapshot(shown, host_rows, notices, ask)
+    return Snapshot(shown, host_rows, notices, ask, seen)
 
 
 def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: Optional[int]) -> List[Notice]:
@@ -215,17 +224,19 @@ def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: 
 AGENT_HEADERS = ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")
 
 
-def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
-    """One agent, asked of its plugin: `job.status`, `readStates`, its pane."""
+def _asked(row: Glance, clients: "readings.Clients", seen: Dict[str, Any], last_text: bool) -> AgentState:
+    """One agent, asked of its plugin: `job.status`, `readStates`, its pane;
+    its reading is kept in `seen`."""
     from mu.agents import readings
 
     agent = agents.find(row.workstream, row.name)
     if agent is None:  # closed since the snapshot
         return _from_records(row, None)
-    seen = readings.read(agent, clients, last_text=False)
-    reason = seen.job_status.get("reason") if seen.liveness != ALIVE else seen.turn.reason
-    return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, seen.liveness, seen.turn.state,
-                      seen.turn.runs, seen.turn.incarnation, reason, _pane_alive(row.pane), bool(row.owes_collect))
+    reading = seen[row.agent] = readings.read(agent, clients, last_text=last_text)
+    reason = reading.job_status.get("reason") if reading.liveness != ALIVE else reading.turn.reason
+    return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, reading.liveness, reading.turn.state,
+                      reading.turn.runs, reading.turn.incarnation, reason, _pane_alive(row.pane),
+                      bool(row.owes_collect))
 
 
 def _from_records(row: Glance, host: Optional[Host]) -> AgentState:

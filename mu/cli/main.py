@@ -18,6 +18,7 @@ Verbs:
   abort     abort an agent's turn
   answer    answer an agent's pending question
   collect   bring an agent's commits back onto branch mu/<workstream>/<name>
+  top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
   help      print a verb's usage
 """
@@ -54,6 +55,7 @@ GROUPS = {
     "abort": "mu.cli.send",
     "answer": "mu.cli.send",
     "collect": "mu.cli.collect",
+    "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
 }
 

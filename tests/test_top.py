@@ -1,0 +1,178 @@
+"""`mu top`: one frame as text (`--once`), and the live view in a real
+terminal: it runs in a tmux pane of the test's own, read back with
+`capture-pane`, beside live demo agents on the local provider (their own
+panes headless).  A settle and a blocked question appear without a key,
+a resize redraws, a plugin that hangs is named, and `q` leaves the
+terminal as it was, with no process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import MU, run_mu, wait_for
+from test_agents import Box
+
+from mu.agents.crew import AgentRow, Frame, HostRow, TaskRow
+from mu.cli.top import View, render
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "mu-demo-agent"
+
+
+@pytest.fixture
+def crew(tmp_path, monkeypatch):
+    monkeypatch.setenv("MU_PANES", "headless")
+    box = Box(tmp_path, "bound")
+    for name in ("w/a", "w/b"):
+        out = run_mu("agent", "spawn", name, "--host", "box", "--command", str(DEMO))
+        assert out.returncode == 0, out.stderr
+    yield box
+    box.finish()
+
+
+def test_once_prints_one_frame_with_the_turns_texts_and_questions(crew):
+    assert run_mu("send", "w/a", "hello from the test").returncode == 0
+    assert run_mu("wait", "w/a", "--timeout", "20").returncode == 0
+    assert run_mu("send", "w/b", "/ask may I delete build?").returncode == 0
+    task = run_mu("task", "add", "w", "tidy the docs").stdout.strip()
+
+    def frame() -> str:
+        out = run_mu("top", "--once", env={"COLUMNS": "160"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    wait_for(lambda: "blocked" in frame(), timeout=20, what="w/b blocked")
+    text = frame()
+    row_a = next(line for line in text.splitlines() if line.lstrip().startswith("w/a"))
+    assert "idle" in row_a and "You said: hello from the test" in row_a
+    row_b = next(line for line in text.splitlines() if line.lstrip().startswith("w/b"))
+    assert "? may I delete build?" in row_b
+    assert task in text and "tidy the docs" in text
+    assert "box" in text.split("HOSTS", 1)[1]
+    assert "keys:" not in text  # a frame for scripts, not a screen
+    other = run_mu("top", "--once", "--workstream", "elsewhere").stdout
+    assert "w/a" not in other and "0 agents" in other
+
+
+def test_top_without_a_terminal_and_a_bad_workstream_are_one_line(isolated):
+    out = run_mu("top")
+    assert out.returncode == 2 and out.stderr.startswith("mu: mu top needs a terminal"), out.stderr
+    bad = run_mu("top", "--once", "--workstream", "no/slash")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.startswith("mu: ")
+
+
+def _row(name: str, turn: str = "idle", last: str = "done") -> AgentRow:
+    return AgentRow(name, "box", "alive", turn, 1, 0, last, None, None, None)
+
+
+def test_a_short_screen_cuts_the_later_panels_first_and_says_how_many():
+    shown = Frame(1000, [_row(f"w/a{i}") for i in range(6)], [TaskRow("t1", "w", "one", "open", None)],
+                  [HostRow("box", "ready", None, 6)], [], True)
+    lines = render(shown, View(selected="w/a0"), 80, 14)
+    assert len(lines) <= 14 and all(len(line) <= 80 for line in lines)
+    assert lines[0].startswith("mu top  6 agents")
+    assert any("more" in line for line in lines)
+    assert any(line.startswith("> w/a0") for line in lines)  # the selected row stays
+    assert any(line.startswith("w/a0: mu send") for line in lines)
+
+
+class Screen:
+    """A terminal: a tmux pane of the test's own running `sh`, read back
+    with capture-pane."""
+
+    def __init__(self, folder: Path) -> None:
+        self.socket = str(folder / "screen.sock")
+        env = dict(os.environ, PS1="$ ", TERM="xterm-256color")
+        subprocess.run(["tmux", "-f", os.devnull, "-S", self.socket, "new-session", "-d", "-x", "120", "-y", "40",
+                        "sh"], check=True, env=env, stdin=subprocess.DEVNULL)
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL).stdout
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", *keys)
+
+    def text(self) -> str:
+        return self.tmux("capture-pane", "-p")
+
+    def shows(self, what: str, timeout: float = 20.0) -> None:
+        wait_for(lambda: what in self.text(), timeout=timeout, what=f"{what!r} on the screen")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def screen(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed: .ci/run installs it")
+    made = Screen(tmp_path)
+    yield made
+    made.close()
+
+
+def _top_process() -> psutil.Process:
+    found = [p for p in psutil.Process().children(recursive=True)
+             if p.cmdline()[-1:] == ["top"] and str(MU) in p.cmdline()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_live_view_follows_the_crew_and_leaves_the_terminal_as_it_was(crew, screen):
+    screen.keys("echo before-top", "Enter")
+    screen.shows("before-top")
+    screen.keys(f"{sys.executable} {MU} top", "Enter")
+    screen.shows("AGENTS")
+    screen.shows("w/b")
+    # a settle appears with no key pressed
+    assert run_mu("send", "w/a", "a settle for the screen").returncode == 0
+    screen.shows("You said: a settle for the screen")
+    # a blocked question appears
+    assert run_mu("send", "w/b", "/ask shall I go on?").returncode == 0
+    screen.shows("? shall I go on?")
+    # the selected row's commands, and an agent opened
+    screen.keys("j")
+    screen.shows("mu answer w/b <key>")
+    screen.keys("Enter")
+    screen.shows("--- its pane ---")
+    screen.keys("Escape")
+    screen.shows("TASKS")
+    # a resize redraws to the new width
+    screen.tmux("resize-window", "-x", "70", "-y", "20")
+    wait_for(lambda: max(len(line) for line in screen.text().splitlines()) <= 70 and "AGENTS" in screen.text(),
+             what="a redraw at 70 columns")
+    top = _top_process()
+    screen.keys("q")
+    top.wait(timeout=10)
+    wait_for(lambda: "AGENTS" not in screen.text(), what="the screen given back")
+    assert "before-top" in screen.text()  # the terminal as it was: the shell's lines are back
+
+
+def test_a_plugin_that_hangs_is_named_and_q_still_leaves(crew, screen):
+    screen.keys(f"{sys.executable} {MU} top", "Enter")
+    screen.shows("w/a")
+    top = _top_process()
+    plugin = next(p for p in top.children(recursive=True) if "mu-plugin-local" in " ".join(p.cmdline())
+                  and "--root" in p.cmdline())
+    os.killpg(plugin.pid, signal.SIGSTOP)  # the plugin hangs: every call to it waits
+    try:
+        screen.shows("waiting", timeout=20)
+        assert "for a plugin to answer" in screen.text()
+        started = time.monotonic()
+        screen.keys("q")
+        top.wait(timeout=15)
+        assert time.monotonic() - started < 10
+    finally:
+        try:
+            os.killpg(plugin.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
