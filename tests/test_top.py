@@ -176,3 +176,24 @@ def test_a_plugin_that_hangs_is_named_and_q_still_leaves(crew, screen):
             os.killpg(plugin.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def test_a_settle_reaches_the_frame_through_its_watch_between_full_reads(crew, monkeypatch):
+    from mu.agents import crew as crew_view
+
+    monkeypatch.setattr(crew_view, "FULL_S", 3600.0)  # no full read after the first: only a watch can show it
+    live = crew_view.Live().start()
+    try:
+        wait_for(lambda: live.newest() is not None, timeout=30, what="the first frame")
+        wait_for(lambda: set(live._watches) == {"w/a", "w/b"}, timeout=30, what="a watch per agent")
+        before = {row.agent: row.runs for row in live.newest().agents}
+        assert run_mu("send", "w/a", "seen through the watch").returncode == 0
+
+        def shown():
+            row = next(r for r in live.newest().agents if r.agent == "w/a")
+            return row.runs == before["w/a"] + 1 and "seen through the watch" in row.last_line
+
+        wait_for(shown, timeout=30, what="the settle in the newest frame")
+        assert "w/a" in live._watches  # watched again, past its new runs
+    finally:
+        live.stop()

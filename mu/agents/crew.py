@@ -215,7 +215,7 @@ class Live:
             if reading.job is None or reading.host is None or row.runs is None:
                 continue
             seam = readings.channel_seam(reading.agent.plugin) or {}
-            if seam.get("watch") != "stream":
+            if (seam.get("caps") or {}).get("watch") != "stream":
                 continue
             try:
                 self._watches[row.agent] = channel.watch(self._clients.get(reading.job.plugin), reading.agent,
