@@ -124,6 +124,9 @@ def test_a_damaged_database_and_a_newer_schema_fail_without_a_traceback(isolated
     text = run_mu("doctor")
     assert text.returncode == 1 and "Traceback" not in text.stderr
     assert "run: restore mu.db" in text.stdout
+    db.unlink()
+    db.mkdir()
+    assert "not a regular file" in failed(diagnosed(code=1))["db:open"]["detail"]
 
 
 def test_a_host_past_its_deadline_is_owed_a_release(tmp_path, isolated):

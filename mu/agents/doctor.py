@@ -153,6 +153,10 @@ def _database() -> Tuple[List[Finding], Optional[str]]:
     if not os.path.exists(path):
         found.append(Finding("database", "db:exists", OK, f"{path} does not exist yet: mu has recorded nothing"))
         return found, "there is no database yet"
+    if not os.path.isfile(path):
+        return found + [Finding("database", "db:open", FAIL, f"{path} is not a regular file, so not a database",
+                                "point MU_STATE_DIR (or MU_DB_PATH) elsewhere, or move it away")], \
+            "the database is not a file"
     try:
         conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
                                timeout=environment.db_busy_timeout_ms() / 1000)

@@ -81,7 +81,7 @@ def _screen(window: Any, live: crew.Live, view: View) -> None:
         shown = live.newest()
         height, width = window.getmaxyx()
         if shown is None:
-            lines = ["mu top: reading the crew..."]
+            lines = [f"mu top: mu's records cannot be read: {live.error}" if live.error else "mu top: reading the crew..."]
         else:
             view = _keep_selection(shown, view)
             lines = render(shown, view, width, height, tail if view.opened else None, live.error)
