@@ -29,12 +29,18 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from mu import environment
-from mu.agents import check_workstream, life, readings
-from mu.agents import spawn as spawning
+from mu.agents import check_workstream
 from mu.errors import Refused, UsageError
-from mu.store import agents as agent_store
-from mu.store import tasks as task_store
-from mu.store.journal import journal
+from mu.lazy import Lazy
+
+# Imported when a function first uses them: importing mu.api (a script,
+# `mu log`) costs its types, not the agents' machinery and the runtime.
+life = Lazy("mu.agents.life")
+readings = Lazy("mu.agents.readings")
+spawning = Lazy("mu.agents.spawn")
+agent_store = Lazy("mu.store.agents")
+task_store = Lazy("mu.store.tasks")
+journal = Lazy("mu.store.journal", "journal")
 
 __all__ = [
     "Task", "AgentInfo", "SpawnResult", "CloseResult",

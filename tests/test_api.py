@@ -310,3 +310,20 @@ def test_plugins_hosts_and_the_log_through_the_api(tmp_path):
     with pytest.raises(MuError):
         api.log(last=-1)
     db.close()
+
+
+def test_importing_the_api_loads_no_machinery():
+    # a script, or `mu log`, that imports mu.api pays for its types, not for
+    # the agents, the runtime or the store: those load when a function needs them
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import mu.api"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "mu.api" in names
+    heavy = sorted(n for n in names if n.startswith(("mu.agents.", "mu.runtime", "mu.rpc", "mu.seams", "mu.effects",
+                                                     "mu.panes", "mu.store")) or n in ("sqlite3", "subprocess"))
+    assert heavy == []
