@@ -710,6 +710,8 @@ def plugin_add(name: str, argv: List[str], force: bool = False) -> PluginAddResu
     from mu.store import plugins
 
     trust.check_name(name)
+    if not argv or not all(isinstance(word, str) for word in argv):
+        raise UsageError("a plugin's argv is a list of strings, its executable first")
     plugins.check_argv(name, argv)  # refused before anything runs
     trust.check_executable(name, argv[0])
     with _plugins_stopped():

@@ -264,6 +264,8 @@ def test_plugins_hosts_and_the_log_through_the_api(tmp_path):
     with pytest.raises(TrustError) as untrusted:  # refused before anything runs
         api.plugin_add("nope", ["/bin/true"])
     assert untrusted.value.exit_code == 4
+    with pytest.raises(UsageError):
+        api.plugin_add("nope", [])
 
     acquired = api.host_acquire("box", provider="local", params={"ttl_ms": "3600000"})
     assert acquired.host.state == "ready" and acquired.resolved == "" and acquired.host.deadline_at is not None

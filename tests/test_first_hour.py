@@ -82,11 +82,11 @@ def _clean_up() -> None:
 def test_the_first_hour_runs_as_written(tmp_path, isolated, tmux_socket):
     my_home = tmp_path / "home"  # conftest's HOME; XDG_STATE_HOME is its state/
     # "your ~/.tmux.conf is not read there": one that would change what the page says
-    (my_home / ".tmux.conf").write_text("set -g prefix C-a\nset -g remain-on-exit off\n")
+    (my_home / ".tmux.conf").write_text("set -g prefix C-a\nset -g @read-by-mu yes\n")
     blocks = page_blocks()
     runs = [n for n, (kind, _) in enumerate(blocks) if kind == "run"]
     show_block = next(n for n in runs if "mu agent show" in blocks[n][1])
-    probe = 'tmux -S "$MU_TMUX_SOCKET" show-options -gv prefix; tmux -S "$MU_TMUX_SOCKET" show-options -gv remain-on-exit'
+    probe = 'tmux -S "$MU_TMUX_SOCKET" show-options -gv prefix; tmux -S "$MU_TMUX_SOCKET" show-options -gqv @read-by-mu'
     try:
         out = run_the_page(tmp_path, {show_block: probe})
     finally:
@@ -114,7 +114,7 @@ def test_the_first_hour_runs_as_written(tmp_path, isolated, tmux_socket):
 
     # Looking at its pane: tmux, how to attach, and a server that read no ~/.tmux.conf
     assert re.search(r"pane: tmux, alive; look at it: tmux (-L mu|-S \S+) attach -t =web:@\d+$", show, flags=re.M), show
-    assert said["probe"].split() == ["C-b", "on"], said["probe"]
+    assert said["probe"].split() == ["C-b"], said["probe"]  # the person's option is not set there
 
     # Talking to it, and its commits
     assert "web/fixer settled: idle, runs 2, incarnation 1" in talk, talk
