@@ -1,5 +1,5 @@
 """mu's synchronous Python API: what the command line is a thin layer over
-(DESIGN "Embedding").
+(docs/api.md documents it).
 
 One function per verb.  Each returns a typed result whose `as_json()` is
 exactly the document the verb prints with `--json`, and raises mu's typed
@@ -13,14 +13,12 @@ the command line reads it.
     spawned = api.agent_spawn("web/fixer", host="box", command="make fix")
     api.agent_close("web/fixer")
 
-An agent function starts the plugin processes it needs and stops them
-before it returns, however it returns: an embedding process is left with
-no child of mu's (a pane's view, which is meant to outlive the call,
-aside).
+A function starts the plugin processes it needs and stops them before it
+returns, however it returns: an embedding process is left with no child
+of mu's (a pane's view, which is meant to outlive the call, aside).
 
-Functions: `task_add`, `task_list`, `agent_spawn`, `agent_list`,
-`agent_show`, `agent_read`, `agent_reattach`, `agent_close`,
-`host_release`; docs/api.md documents each.
+The functions are `__all__`'s, grouped here by verb group; docs/api.md
+documents each, and tests/test_api.py holds the page to them.
 """
 
 from __future__ import annotations
@@ -28,15 +26,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from mu import environment
-from mu.agents import check_workstream, life, readings
-from mu.agents import spawn as spawning
+from mu.agents import check_workstream
 from mu.errors import Refused, UsageError
-from mu.store import agents as agent_store
-from mu.store import tasks as task_store
-from mu.store.journal import journal
+from mu.lazy import Lazy
+
+# Imported when a function first uses them: importing mu.api (a script,
+# `mu log`) costs its types, not the agents' machinery and the runtime.
+life = Lazy("mu.agents.life")
+readings = Lazy("mu.agents.readings")
+spawning = Lazy("mu.agents.spawn")
+agent_store = Lazy("mu.store.agents")
+task_store = Lazy("mu.store.tasks")
+journal = Lazy("mu.store.journal", "journal")
 
 __all__ = [
     "Task", "AgentInfo", "SpawnResult", "CloseResult",
@@ -337,7 +341,7 @@ __all__ += ["WaitResult", "wait", "StateResult", "state"]
 
 @dataclass(frozen=True)
 class WaitResult:
-    """`mu wait`'s event (DESIGN "Waiting, without a race"): `event` is
+    """`mu wait`'s event (mu-wait(1)): `event` is
     `settled`, `dead`, `restarted` or `deadline`; `exit_code` is 7 for
     `deadline`, else 0.  `collected` says what the in-life collect after
     the event did (None when none was due)."""
@@ -399,7 +403,7 @@ def state() -> StateResult:
     return StateResult(doc["agents"], doc["hosts"], doc["notices"], doc["asked"])
 
 
-# -- deliveries (DESIGN "Deliveries") -----------------------------------------------
+# -- deliveries (mu-send(1)) --------------------------------------------------------
 
 __all__ += ["DeliveryResult", "send", "command", "interrupt", "abort", "answer", "delivery_check"]
 
@@ -546,7 +550,7 @@ __all__ += ["CollectResult", "collect"]
 
 @dataclass(frozen=True)
 class CollectResult:
-    """One collect (DESIGN "Collects"): branch `mu/<workstream>/<name>` of
+    """One collect (mu-collect(1)): branch `mu/<workstream>/<name>` of
     the spawning checkout now names `commit`; `new` is how many commits it
     has that the branch had not (that the tree started from, for a new
     branch); `previous` is the branch's value before, or None."""
@@ -650,6 +654,8 @@ def host_check(name: str, phases: Optional[List[str]] = None) -> HostCheckResult
 
 # -- doctor ------------------------------------------------------------------------
 
+__all__ += ["DoctorResult", "doctor"]
+
 
 @dataclass(frozen=True)
 class DoctorResult:
@@ -681,3 +687,427 @@ def doctor() -> DoctorResult:
     with _plugins_stopped():
         report = checks.run()
     return DoctorResult(report.findings, checks.summary(report.findings))
+
+
+# -- plugins (mu plugin add, list, show, rm) ------------------------------------------
+
+__all__ += ["PluginInfo", "PluginAddResult", "plugin_add", "plugin_list", "plugin_show", "plugin_rm"]
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A registered plugin as `mu plugin show --json` shows it: its argv and
+    what its handshake declared when it was last added."""
+
+    name: str
+    argv: List[str]
+    version: Optional[str]
+    instance: Optional[str]
+    protocol: Optional[str]
+    schema: Optional[str]
+    seams: Dict[str, Any]  # each seam it declares, with its declaration
+    added_at: int  # epoch ms
+    updated_at: int  # epoch ms: the last `plugin_add` of the name
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "argv": self.argv, "version": self.version, "instance": self.instance,
+                "protocol": self.protocol, "schema": self.schema, "seams": self.seams, "addedAt": self.added_at,
+                "updatedAt": self.updated_at}
+
+
+def _plugin_info(record: Any) -> PluginInfo:
+    doc = record.as_json()  # mu.store.plugins.PluginRecord: the one place its JSON is made
+    return PluginInfo(doc["name"], doc["argv"], doc["version"], doc["instance"], doc["protocol"], doc["schema"],
+                      doc["seams"], doc["addedAt"], doc["updatedAt"])
+
+
+@dataclass(frozen=True)
+class PluginAddResult:
+    """`mu plugin add`: the plugin as recorded, and the records a forced
+    new declaration stranded (each named, and journaled), else empty."""
+
+    plugin: PluginInfo
+    stranded: List[str]
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"plugin": self.plugin.as_json(), "stranded": self.stranded}
+
+
+def plugin_add(name: str, argv: List[str], force: bool = False) -> PluginAddResult:
+    """Register plugin `name` run as `argv`, or record its new declaration.
+    The trust checks and the argv are refused before anything runs
+    (`TrustError`, exit 4; `UsageError`, exit 2); a plugin that fails its
+    handshake is `PluginRefused` (exit 4).  A new declaration that would
+    strand a record using the plugin (protocol "Load rules") is
+    `LoadRuleError` (exit 4) unless `force`; forced, each stranded record
+    is journaled and named in `stranded`."""
+    from mu.runtime import trust
+    from mu.runtime.client import PluginClient
+    from mu.seams import consumers
+    from mu.store import plugins
+
+    trust.check_name(name)
+    if not argv or not all(isinstance(word, str) for word in argv):
+        raise UsageError("a plugin's argv is a list of strings, its executable first")
+    plugins.check_argv(name, argv)  # refused before anything runs
+    trust.check_executable(name, argv[0])
+    with _plugins_stopped():
+        client = PluginClient(name, list(argv))
+        handshake = client.started()
+        client.stop("registered")
+    stranded: List[Any] = []
+
+    def check(conn: Any, recorded: Dict[str, Any]) -> None:
+        # interface checks at activation; protocol "Load rules": a seam a
+        # host needs is missing
+        stranded.extend(consumers.stranded(conn, name, recorded, handshake))
+        if stranded and not force:
+            from mu.errors import LoadRuleError
+
+            many = len(stranded)
+            raise LoadRuleError(
+                f"plugin {name}'s new declaration would strand {many} record{'s' if many > 1 else ''} that"
+                f" use{'' if many > 1 else 's'} it: {consumers.summary(stranded)}",
+                "keep what they need, or release or remove them first; `mu plugin add --force` records it anyway",
+            )
+
+    record = plugins.register(name, list(argv), handshake, check=check)
+    journal().record(f"plugin add {name}: seams {','.join(sorted(record.seams))}", plugin=name)
+    for each in stranded:
+        journal().record(f"plugin add {name} --force: stranded {each.text()}", plugin=name)
+    return PluginAddResult(_plugin_info(record), [each.text() for each in stranded])
+
+
+def plugin_list() -> List[PluginInfo]:
+    """Every registered plugin, by name.  (`mu plugin list` reads its
+    records itself, to start fast; its `--json` is `{"plugins": [...]}` of
+    these.)"""
+    from mu.store import plugins
+
+    return [_plugin_info(r) for r in plugins.all_plugins()]
+
+
+def plugin_show(name: str) -> PluginInfo:
+    """Plugin `name` as recorded; `NotFound` (exit 2) when none is."""
+    from mu.store import plugins
+
+    return _plugin_info(plugins.get(name))
+
+
+def plugin_rm(name: str) -> PluginInfo:
+    """Forget plugin `name`; returns its record as it was.  `NotFound`
+    (exit 2) when none is registered; `Refused` (exit 2) while a host
+    profile, a host, a job or an open intent names it (protocol
+    "Registration and trust")."""
+    from mu.store import plugins
+
+    record = plugins.get(name)
+    plugins.remove(name)
+    journal().record(f"plugin rm {name}", plugin=name)
+    return _plugin_info(record)
+
+
+# -- hosts (mu host add, acquire, status, list, rm, settle, exec) ---------------------
+
+__all__ += ["ProviderHostInfo", "ProfileInfo", "HostInfo", "HostAddResult", "AcquireResult", "HostStatusResult",
+            "SettleResult", "ExecResult", "host_add", "host_acquire", "host_status", "host_list", "host_rm",
+            "host_settle", "host_exec"]
+
+
+@dataclass(frozen=True)
+class ProviderHostInfo:
+    """A host acquired from a provider, as `mu host list --json` shows it.
+    `state` is as reads show it: `ready` inside the deadline margin reads
+    `draining`."""
+
+    name: str
+    plugin: str
+    identity: str  # plugin:<name>:<instance>
+    instance: str
+    handle: Optional[str]
+    key: str  # its acquire's effect key
+    state: str  # acquiring, ready, draining, releasing, released, lost, needs-human
+    reason: Optional[str]
+    params_sha256: Optional[str]
+    facts: Dict[str, Any]
+    deadline_at: Optional[int]  # epoch ms
+    idle_reclaim_ms: Optional[int]
+    max_jobs: Optional[int]
+    acquired_at: int  # epoch ms
+    kind: str = "provider"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "plugin": self.plugin, "identity": self.identity,
+                "instance": self.instance, "handle": self.handle, "key": self.key, "state": self.state,
+                "reason": self.reason, "paramsSha256": self.params_sha256, "facts": self.facts,
+                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms, "maxJobs": self.max_jobs,
+                "acquiredAt": self.acquired_at}
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """A host reached through a plugin's link (`mu host add`), as `mu host
+    list --json` shows it."""
+
+    name: str
+    plugin: str
+    fetch: Optional[str]  # the fetch template, for a link that declares fetch: false
+    repo: Optional[str]
+    max_sessions: Optional[int]
+    instance: Optional[str]  # the instance its plugin answered as when it was added
+    identity: Optional[str]  # plugin:<name>:<instance>
+    added_at: int  # epoch ms
+    kind: str = "profile"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "plugin": self.plugin, "fetch": self.fetch, "repo": self.repo,
+                "maxSessions": self.max_sessions, "instance": self.instance, "identity": self.identity,
+                "addedAt": self.added_at}
+
+
+HostInfo = Union[ProviderHostInfo, ProfileInfo]
+
+
+def _host_info(host: Any) -> HostInfo:
+    """A host record as its API type, its state read with the deadline
+    margin (`MU_HOST_DEADLINE_MARGIN_MS`)."""
+    doc = host.as_json(environment.host_deadline_margin_ms())  # mu.store.hosts: the one place its JSON is made
+    if doc["kind"] == "profile":
+        return ProfileInfo(doc["name"], doc["plugin"], doc["fetch"], doc["repo"], doc["maxSessions"], doc["instance"],
+                           doc["identity"], doc["addedAt"])
+    return ProviderHostInfo(doc["name"], doc["plugin"], doc["identity"], doc["instance"], doc["handle"], doc["key"],
+                            doc["state"], doc["reason"], doc["paramsSha256"], doc["facts"], doc["deadlineAt"],
+                            doc["idleReclaimMs"], doc["maxJobs"], doc["acquiredAt"])
+
+
+@dataclass(frozen=True)
+class HostAddResult:
+    """`mu host add`: the profile, and whether its plugin declares a job
+    seam (without one, no agent can spawn on the host)."""
+
+    host: ProfileInfo
+    jobs: bool
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"host": self.host.as_json(), "jobs": self.jobs}
+
+
+def host_add(name: str, plugin: str, fetch: Optional[str] = None, repo: Optional[str] = None,
+             max_sessions: Optional[int] = None) -> HostAddResult:
+    """Record host `name`, reached through `plugin`'s link (a profile).
+    `UsageError` (exit 2) for a bad name, `max_sessions` below 1, or a
+    link that declares `fetch: false` without a usable `fetch` template;
+    `NotFound` (exit 2) for an unknown plugin; `LoadRuleError` (exit 4)
+    for a plugin with no link seam; `Refused` (exit 2) for a name that is
+    not free.  No plugin is started."""
+    from mu.seams import host as host_seam
+    from mu.store import hosts, plugins
+
+    hosts.check_name(name)  # a bad name is told before a bad number
+    if max_sessions is not None and (isinstance(max_sessions, bool) or max_sessions <= 0):
+        raise UsageError(f"--max-sessions takes a whole number above 0, not {max_sessions!r}")
+    added = host_seam.add_profile(name, plugin, fetch, repo, max_sessions)
+    info = _host_info(added)
+    assert isinstance(info, ProfileInfo)
+    return HostAddResult(info, "job" in plugins.get(plugin).seams)
+
+
+@dataclass(frozen=True)
+class AcquireResult:
+    """`mu host acquire`: the host as recorded, and how an earlier acquire
+    of the name resolved first ("" when there was none)."""
+
+    host: ProviderHostInfo
+    resolved: str
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"host": self.host.as_json(), "resolved": self.resolved or None}
+
+
+def host_acquire(name: Optional[str] = None, *, provider: str, params: Optional[Dict[str, str]] = None
+                 ) -> AcquireResult:
+    """Acquire host `name` (None: a name made from the provider's) from
+    plugin `provider`, through an intent record: safe to repeat after a
+    crash, and the same acquire again resolves an earlier one whose outcome
+    is unknown (`resolved` says how).  `UsageError` (exit 2) for a bad
+    name; `Refused` (exit 2) for a name in use; `UnknownOutcome` (exit 1)
+    naming the key when the acquire's outcome is unknown; the provider's
+    refusal as a `CallError` (exit 5)."""
+    from mu.seams import host as host_seam
+
+    environment.effect_timeout_ms()
+    environment.host_deadline_margin_ms()
+    with _plugins_stopped():
+        outcome = host_seam.acquire(name, provider, dict(params or {}))
+    info = _host_info(outcome.host)
+    assert isinstance(info, ProviderHostInfo)
+    return AcquireResult(info, outcome.resolved)
+
+
+@dataclass(frozen=True)
+class HostStatusResult:
+    """`mu host status`: the provider's answer (`status`: `up`, `gone`, or
+    a state mu settled without asking: `acquiring`, `released`, `lost`),
+    its detail, and the host as recorded after it (facts patched, or
+    recorded lost)."""
+
+    host: ProviderHostInfo
+    status: str
+    detail: str
+
+    def as_json(self) -> Dict[str, Any]:
+        return dict(self.host.as_json(), status=self.status, detail=self.detail)
+
+
+def host_status(name: str) -> HostStatusResult:
+    """Ask provider host `name`'s provider how it is (a read: it resolves
+    no leftover intent, and says which verb will).  `NotFound`/`Refused`
+    (exit 2) for an unknown name or a profile; `Human` (exit 5) for a host
+    that needs a person."""
+    from mu.seams import host as host_seam
+
+    environment.effect_timeout_ms()
+    environment.host_deadline_margin_ms()
+    with _plugins_stopped():
+        outcome = host_seam.status(name)
+    info = _host_info(outcome.host)
+    assert isinstance(info, ProviderHostInfo)
+    return HostStatusResult(info, outcome.state, outcome.detail)
+
+
+def host_list() -> List[HostInfo]:
+    """Every host mu knows, provider hosts and profiles, from the records
+    (no plugin is asked).  (`mu host list` reads its records itself, to
+    start fast; its `--json` is `{"hosts": [...]}` of these.)"""
+    from mu.store import hosts
+
+    return [_host_info(h) for h in hosts.all_hosts()]
+
+
+def host_rm(name: str) -> HostInfo:
+    """Forget host `name`: a profile, or a provider host that is released
+    or lost; returns its record as it was.  `NotFound` (exit 2); `Refused`
+    (exit 2) while agents use it, while an effect on it is open (naming
+    what resolves it), or for a provider host not yet released."""
+    from mu.seams import host as host_seam
+
+    return _host_info(host_seam.remove(name))
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """`mu host settle`: the host's state after what a person found:
+    `lost` (the provider holds no such host) or `needs-human` (it does,
+    and mu cannot reach it)."""
+
+    host: str
+    state: str
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"host": self.host, "state": self.state}
+
+
+def host_settle(name: str, key: str, exists: bool) -> SettleResult:
+    """Record what a person found at the provider about host `name`'s open
+    effect or `needs-human` mark, whose key is `key`: it holds the host
+    (`exists`) or not.  Nothing is sent.  `Refused` (exit 2) for another
+    key, a host with nothing to settle, or an intent whose writer lives."""
+    from mu.seams import host as host_seam
+
+    return SettleResult(name, host_seam.settle(name, key, exists=bool(exists)))
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """`mu host exec`: the script's exit status (None when it ran out its
+    timeout: `timed_out` says what the host did about it), its output, and
+    whether the host cut the output (`partial`)."""
+
+    host: str
+    exit: Optional[int]
+    stdout: str
+    stderr: str
+    partial: bool
+    timed_out: Optional[str]
+
+    @property
+    def exit_code(self) -> int:
+        """What `mu host exec` exits with: the script's status, or 124."""
+        from mu.errors import EXIT_TIMED_OUT
+
+        return EXIT_TIMED_OUT if self.exit is None else self.exit
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"host": self.host, "exit": self.exit, "stdout": self.stdout, "stderr": self.stderr,
+                "partial": self.partial, "timedOut": self.timed_out}
+
+
+def host_exec(name: str, script: str, cwd: str = ".", timeout_ms: int = 20000) -> ExecResult:
+    """Run `script` with `bash` on host `name` (a provider host or a
+    profile) in folder `cwd`, through its link's `link.exec`.  A script
+    that fails is a result, not an error; so is one that runs out
+    `timeout_ms`.  `UsageError` (exit 2) for a timeout below 1 or a script
+    over the link's `maxScriptBytes`; a failed call raises its error."""
+    from mu.seams.link import Link
+
+    if isinstance(timeout_ms, bool) or timeout_ms <= 0:
+        raise UsageError(f"--timeout takes a whole number above 0, not {timeout_ms!r}")
+    environment.effect_timeout_ms()
+    environment.host_deadline_margin_ms()
+    with _plugins_stopped():
+        run = Link.named(name).exec(script, cwd=cwd, timeout_ms=timeout_ms)
+    timed_out = run.timed_out_note if run.exit_code is None else None
+    return ExecResult(name, run.exit_code, run.stdout, run.stderr, run.partial, timed_out)
+
+
+# -- the journal (mu log) -----------------------------------------------------------
+
+__all__ += ["LogEntry", "log"]
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One journal entry: a plugin process's line or call (`pid` the
+    plugin's), or mu's own (`pid` equals `mu_pid`, the invocation's)."""
+
+    id: str  # a UUIDv7; entries sort by it
+    at: int  # epoch ms
+    plugin: Optional[str]
+    pid: Optional[int]
+    mu_pid: int
+    stream: str
+    text: str
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"id": self.id, "at": self.at, "plugin": self.plugin, "pid": self.pid, "muPid": self.mu_pid,
+                "stream": self.stream, "text": self.text}
+
+
+def log(*, plugin: Optional[str] = None, pid: Optional[int] = None, since_ms: Optional[int] = None,
+        until_ms: Optional[int] = None, grep: Optional[str] = None, last: Optional[int] = None,
+        after: Optional[str] = None) -> List[LogEntry]:
+    """The journal's entries that match every filter given, oldest first:
+    of `plugin`, of process `pid`, at or after `since_ms` and before
+    `until_ms` (epoch ms, by each entry's time), whose text matches the
+    regular expression `grep`; `last` keeps the newest `last`; `after`
+    only those written after the entry with that id (to follow the
+    journal, ask again with the last id seen).  This process's own
+    entries are written first.  `UsageError` (exit 2) for a `grep` that
+    is not a regular expression or a negative `pid` or `last`."""
+    import re
+
+    from mu.store import journal as journal_store
+
+    pattern = None
+    if grep is not None:
+        try:
+            pattern = re.compile(grep)
+        except re.error as e:
+            raise UsageError(f"--grep {grep!r} is not a regular expression: {e}") from None
+    for option, value in (("--pid", pid), ("-n", last)):
+        if value is not None and (isinstance(value, bool) or value < 0):
+            raise UsageError(f"{option} takes a whole number, not {value!r}")
+    journal_store.journal().flush()  # this process's own entries too
+    found = journal_store.query(plugin=plugin, pid=pid, since_ms=since_ms, until_ms=until_ms, grep=pattern,
+                                last=last, after_id=after)
+    return [LogEntry(*e) for e in found]

@@ -1,7 +1,7 @@
 """Every error mu reports, and the exit code each one means.
 
 One tree, one place that turns it into an exit status (`mu.cli.main`).
-A caller may rely on `exit_code` being the code DESIGN.md documents:
+A caller may rely on `exit_code` being the code mu(1) documents:
 
     0  done
     1  an effect's or a delivery's outcome is unknown

@@ -35,24 +35,21 @@ import time
 from mu import environment
 from mu.cli.lazy import Lazy
 from mu.cli.output import emit, emit_json, error, iso_ms, table
-from mu.errors import EXIT_TIMED_OUT, UsageError
+from mu.errors import UsageError
 from mu.store import listing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional
 
-    from mu.store.hosts import ProviderHost
+    from mu.api import ProviderHostInfo
 
-# The seams (and through them the runtime and the effects engine) are
-# imported by the verbs that call a plugin, when they first do: `mu host
-# list` reads records and calls none.
-host_seam = Lazy("mu.seams.host")
-Link = Lazy("mu.seams.link", "Link")
+# `mu.api` (and through it the seams, the runtime and the effects engine)
+# is imported by the verbs that use it, when they run: `mu host list`
+# reads records and calls none.
 # The records, whose types cost `mu host list` more than its rows: it reads
 # its columns through `mu.store.listing`.
 hosts = Lazy("mu.store.hosts")
-plugins = Lazy("mu.store.plugins")
 parse_params = Lazy("mu.cli.options", "parse_params")
 
 
@@ -85,25 +82,31 @@ def _positive(value: Optional[str], option: str) -> Optional[int]:
 
 
 def verb_add(args: Dict[str, Any]) -> int:
+    from mu import api
+
     name, plugin = args["<name>"], args["--plugin"]
     hosts.check_name(name)  # a bad name is told before a bad number, as the command line reads them
     max_sessions = _positive(args["--max-sessions"], "--max-sessions")
-    host_seam.add_profile(name, plugin, args["--fetch"], args["--repo"], max_sessions)
+    added = api.host_add(name, plugin, args["--fetch"], args["--repo"], max_sessions)
     emit(f"added host {name}: plugin {plugin}'s link")
-    if "job" not in plugins.get(plugin).seams:
+    if not added.jobs:
         emit(f"note: plugin {plugin} declares no job seam, so no agent can spawn on host {name}")
     return 0
 
 
 def verb_rm(args: Dict[str, Any]) -> int:
-    removed = host_seam.remove(args["<name>"])
+    from mu import api
+
+    removed = api.host_rm(args["<name>"])
     emit(f"removed host {removed.name}")
     return 0
 
 
 def verb_settle(args: Dict[str, Any]) -> int:
+    from mu import api
+
     name = args["<name>"]
-    state = host_seam.settle(name, args["--key"], exists=bool(args["--exists"]))
+    state = api.host_settle(name, args["--key"], exists=bool(args["--exists"])).state
     if state == "lost":
         emit(f"host {name}: settled as absent, recorded lost (`mu host rm {name}` forgets it)")
     else:
@@ -116,8 +119,10 @@ def verb_settle(args: Dict[str, Any]) -> int:
 
 
 def verb_acquire(args: Dict[str, Any]) -> int:
+    from mu import api
+
     params = parse_params(args["--param"])
-    outcome = host_seam.acquire(args["<name>"], args["--provider"], params)
+    outcome = api.host_acquire(args["<name>"], provider=args["--provider"], params=params)
     if outcome.resolved:
         emit(f"an earlier acquire of host {outcome.host.name} resolved: {outcome.resolved}")
     host = outcome.host
@@ -137,19 +142,21 @@ def verb_release(args: Dict[str, Any]) -> int:
 
 
 def verb_status(args: Dict[str, Any]) -> int:
-    outcome = host_seam.status(args["<name>"])
+    from mu import api
+
+    outcome = api.host_status(args["<name>"])
     host = outcome.host
     if args["--json"]:
-        emit_json(dict(host_seam.host_json(host), status=outcome.state, detail=outcome.detail))
+        emit_json(outcome.as_json())
         return 0
-    emit(f"{host.name}: {outcome.state} ({host.identity}){': ' + outcome.detail if outcome.detail else ''}")
-    emit(f"  handle: {host.handle}   state: {host_seam.shown_state(host)}{_deadline_text(host)}")
+    emit(f"{host.name}: {outcome.status} ({host.identity}){': ' + outcome.detail if outcome.detail else ''}")
+    emit(f"  handle: {host.handle}   state: {host.state}{_deadline_text(host)}")
     for fact, value in sorted(host.facts.items()):
         emit(f"  {fact}: {value}")
     return 0
 
 
-def _deadline_text(host: ProviderHost) -> str:
+def _deadline_text(host: ProviderHostInfo) -> str:
     parts = []
     if host.deadline_at is not None:
         parts.append(f"deadline {iso_ms(host.deadline_at)}")
@@ -161,6 +168,9 @@ def _deadline_text(host: ProviderHost) -> str:
 
 
 def verb_list(args: Dict[str, Any]) -> int:
+    # The records read here rather than through `mu.api.host_list`, which
+    # gives the same document: this path is parsed by hand to start fast,
+    # and importing the API would cost more than all the rest.
     # The knob, read as the command line reads its options: the host seam
     # (which reads it for the verbs that call a plugin) is not loaded here.
     margin_ms = environment.host_deadline_margin_ms()
@@ -189,20 +199,20 @@ def _first(row: tuple) -> str:
 
 
 def verb_exec(args: Dict[str, Any]) -> int:
+    from mu import api
+
     script = args["<script>"]
     if script == "-":
         script = sys.stdin.read()
-    timeout_ms = _positive(args["--timeout"], "--timeout")
-    link = Link.named(args["<name>"])
-    result = link.exec(script, cwd=args["--cwd"], timeout_ms=timeout_ms or 20000)
+    timeout_ms = _positive(args["--timeout"], "--timeout") or 20000
+    result = api.host_exec(args["<name>"], script, cwd=args["--cwd"], timeout_ms=timeout_ms)
     sys.stdout.write(result.stdout)
     sys.stdout.flush()
     sys.stderr.write(result.stderr)
     if result.partial:
         error("partial: the host cut the script's output")
-    if result.exit_code is None:
-        error(f"the script ran out its {timeout_ms} ms: {result.timed_out_note}")
-        return EXIT_TIMED_OUT
+    if result.exit is None:
+        error(f"the script ran out its {timeout_ms} ms: {result.timed_out}")
     return result.exit_code
 
 

@@ -24,7 +24,10 @@ from typing import Any, Dict, Optional
 
 from mu.cli.output import emit, emit_json, iso_ms
 from mu.errors import UsageError
-from mu.store import journal as journal_store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mu import api
 
 _AGE = re.compile(r"(\d+)(ms|s|m|h|d)\Z")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -64,22 +67,16 @@ def _int_option(args: Dict[str, Any], option: str) -> Optional[int]:
 
 
 def run(args: Dict[str, Any]) -> int:
-    grep = None
-    if args["--grep"] is not None:
-        try:
-            grep = re.compile(args["--grep"])
-        except re.error as e:
-            raise UsageError(f"--grep {args['--grep']!r} is not a regular expression: {e}") from None
+    from mu import api
+
     filters = dict(
         plugin=args["--plugin"],
         pid=_int_option(args, "--pid"),
         since_ms=parse_time(args["--since"]) if args["--since"] else None,
         until_ms=parse_time(args["--until"]) if args["--until"] else None,
-        grep=grep,
+        grep=args["--grep"],
     )
-    last = _int_option(args, "-n")
-    journal_store.journal().flush()  # this invocation's own entries too
-    entries = journal_store.query(last=last, **filters)
+    entries = api.log(last=_int_option(args, "-n"), **filters)
     if args["--follow"]:
         return _follow(entries, filters, args["--json"])
     if args["--json"]:
@@ -90,7 +87,7 @@ def run(args: Dict[str, Any]) -> int:
     return 0
 
 
-def _line(entry: journal_store.Entry) -> str:
+def _line(entry: api.LogEntry) -> str:
     if entry.pid != entry.mu_pid:
         return f"{iso_ms(entry.at)} {entry.plugin}[{entry.pid}] {entry.text}"
     about = f" {entry.plugin}:" if entry.plugin else ""
@@ -99,6 +96,8 @@ def _line(entry: journal_store.Entry) -> str:
 
 def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
     """Print what there is, then what comes, until a signal ends mu."""
+    from mu import api
+
     last_id = None
     while True:
         for entry in entries:
@@ -106,7 +105,4 @@ def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
             last_id = entry.id
         sys.stdout.flush()
         time.sleep(FOLLOW_POLL_S)
-        if last_id is None:
-            entries = journal_store.query(**filters)
-        else:
-            entries = journal_store.query(after_id=last_id, **filters)
+        entries = api.log(after=last_id, **filters)

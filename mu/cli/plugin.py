@@ -24,23 +24,19 @@ import sys
 
 from mu.cli.lazy import Lazy
 from mu.cli.output import emit, emit_json, error, table
-from mu.errors import CallError, LoadRuleError, Refused, UnknownOutcome, UsageError
+from mu.errors import CallError, Refused, UnknownOutcome, UsageError
 from mu.protocol.constants import EXECUTABLE_PREFIX
 from mu.store import listing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import sqlite3
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Dict, Optional, Tuple
 
     from mu.store.hosts import Host
 
 # Imported by the verbs that use them, when they first do: `mu plugin list`
 # reads two columns and prints them, and pays for no more than that (no
 # `json`, no `typing`, no record types, no runtime).
-consumers = Lazy("mu.seams.consumers")
-journal = Lazy("mu.store.journal", "journal")
-trust = Lazy("mu.runtime.trust")
 hosts = Lazy("mu.store.hosts")
 plugins = Lazy("mu.store.plugins")
 parse_params = Lazy("mu.cli.options", "parse_params")
@@ -74,42 +70,21 @@ def run(args: Dict[str, Any]) -> int:
 
 
 def add(name: str, argv: list, force: bool = False) -> int:
-    """Register `name`, or record its new declaration.  A new declaration
-    that would strand a record using the plugin is refused (exit 4) unless
-    `force`; forced, each stranded record is journaled."""
-    trust.check_name(name)
-    plugins.check_argv(name, argv)  # refused before anything runs
-    trust.check_executable(name, argv[0])
-    from mu.runtime.client import PluginClient
+    """Register `name`, or record its new declaration (`mu.api.plugin_add`)."""
+    from mu import api
 
-    client = PluginClient(name, argv)
-    handshake = client.started()
-    client.stop("registered")
-    stranded: List[consumers.Stranded] = []
-
-    def check(conn: sqlite3.Connection, recorded: Dict[str, Any]) -> None:
-        # DESIGN "What mu takes from the redesign": interface checks at
-        # activation; protocol "Load rules": a seam a host needs is missing
-        stranded.extend(consumers.stranded(conn, name, recorded, handshake))
-        if stranded and not force:
-            many = len(stranded)
-            raise LoadRuleError(
-                f"plugin {name}'s new declaration would strand {many} record{'s' if many > 1 else ''} that"
-                f" use{'' if many > 1 else 's'} it: {consumers.summary(stranded)}",
-                "keep what they need, or release or remove them first; `mu plugin add --force` records it anyway",
-            )
-
-    record = plugins.register(name, argv, handshake, check=check)
-    journal().record(f"plugin add {name}: seams {','.join(sorted(record.seams))}", plugin=name)
-    for each in stranded:
-        journal().record(f"plugin add {name} --force: stranded {each.text()}", plugin=name)
-    emit(f"registered plugin {name}: {_seams_text(record.seams)}, instance {handshake['instance']}")
-    if stranded:
-        emit(f"forced: {len(stranded)} record(s) stranded (`mu log --plugin {name}` names each)")
+    added = api.plugin_add(name, argv, force)
+    plugin = added.plugin
+    emit(f"registered plugin {name}: {_seams_text(plugin.seams)}, instance {plugin.instance}")
+    if added.stranded:
+        emit(f"forced: {len(added.stranded)} record(s) stranded (`mu log --plugin {name}` names each)")
     return 0
 
 
 def list_(as_json: bool) -> int:
+    # The records read here rather than through `mu.api.plugin_list`, which
+    # gives the same document: this path is parsed by hand to start fast,
+    # and importing the API would cost more than all the rest.
     if as_json:
         emit_json({"plugins": [r.as_json() for r in plugins.all_plugins()]})
         return 0
@@ -122,18 +97,19 @@ def list_(as_json: bool) -> int:
 
 
 def show(name: str, as_json: bool) -> int:
-    record = plugins.get(name)
-    document = record.as_json()
+    from mu import api
+
+    plugin = api.plugin_show(name)
     if as_json:
-        emit_json(document)
+        emit_json(plugin.as_json())
         return 0
-    emit(f"name:      {record.name}")
-    emit(f"argv:      {' '.join(record.argv)}")
-    emit(f"version:   {document['version']}")
-    emit(f"instance:  {document['instance']}")
-    emit(f"protocol:  {document['protocol']}")
-    emit(f"schema:    {document['schema']}")
-    for seam, declared in sorted(record.seams.items()):
+    emit(f"name:      {plugin.name}")
+    emit(f"argv:      {' '.join(plugin.argv)}")
+    emit(f"version:   {plugin.version}")
+    emit(f"instance:  {plugin.instance}")
+    emit(f"protocol:  {plugin.protocol}")
+    emit(f"schema:    {plugin.schema}")
+    for seam, declared in sorted(plugin.seams.items()):
         emit(f"seam {seam}: {_json().dumps(declared, sort_keys=True)}")
     return 0
 
@@ -260,8 +236,9 @@ def _schema_problem(method: str, result: Any) -> str:
 
 
 def rm(name: str) -> int:
-    plugins.remove(name)
-    journal().record(f"plugin rm {name}", plugin=name)
+    from mu import api
+
+    api.plugin_rm(name)
     emit(f"removed plugin {name}")
     return 0
 

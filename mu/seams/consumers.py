@@ -1,10 +1,9 @@
 """Who relies on a plugin's declaration, and what each one relies on.
 
-`mu plugin add` again records a new declaration.  DESIGN ("What mu takes
-from the redesign": interface checks at activation) wants that checked
-against every record that uses the plugin, and refused when the change
-would strand one, naming the consumer and what it needs, unless
-`--force`.
+`mu plugin add` again records a new declaration.  mu checks interfaces
+at activation, so that is checked against every record that uses the
+plugin, and refused when the change would strand one, naming the
+consumer and what it needs, unless `--force`.
 
 The check is one table, `ROWS`: a consumer kind, a function that lists the
 consumers of a plugin from mu's records, and for each consumer its needs,
@@ -22,7 +21,7 @@ What mu uses of a plugin today, and so what the rows ask for:
   the rule `mu host add` enforced when it accepted the profile;
 - a provider host not yet released or lost needs the host seam (status,
   release, the lookup that resolves an acquire) and the link seam (exec,
-  check); the job seam, which DESIGN wants of a provider host, is used by
+  check); the job seam, which mu wants of a provider host, is used by
   no verb yet (and a host seam without it is refused by a load rule
   anyway).  Every call about the host goes only to the instance it was
   acquired under (protocol "Effects and replay"), so it needs that

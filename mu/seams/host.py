@@ -383,7 +383,7 @@ def agents_on(name: str, conn: Optional[sqlite3.Connection] = None) -> List[str]
 
 
 def _refuse_used(name: str, conn: Optional[sqlite3.Connection] = None) -> None:
-    # DESIGN "Collects": a release would take the work of its agents with it
+    # mu-collect(1): a release would take the work of its agents with it
     users = agents_on(name, conn)
     if users:
         raise Refused(f"host {name} is used by {len(users)} agent(s): {', '.join(users[:10])}"

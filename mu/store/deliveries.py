@@ -1,4 +1,4 @@
-"""Delivery records (DESIGN "Deliveries"): one row per message mu gives an
+"""Delivery records (mu-send(1)): one row per message mu gives an
 agent (`mu send`, `mu command`, `mu interrupt`, `mu abort`, `mu answer`).
 
 A row is written `sending` in the same transaction as the delivery's
@@ -163,7 +163,7 @@ class Cursor(NamedTuple):
 
 def last_cursor(conn: sqlite3.Connection, workstream: str, name: str) -> Optional[Cursor]:
     """Where the agent's last accepted delivery that carries a baseline
-    left its turns (`mu wait`'s cursor, DESIGN "Waiting, without a race"),
+    left its turns (`mu wait`'s cursor, mu-wait(1)),
     or None.  A later accepted delivery without a baseline (an `answer`,
     an `abort`) does not hide an earlier send's: the turn that send started
     is still the one to wait for.  Its incarnation lets the wait see a

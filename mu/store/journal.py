@@ -1,5 +1,5 @@
 """The journal: every plugin process's life and mu's own signals and
-refusals, one line an entry (DESIGN.md, "The journal").
+refusals, one line an entry (mu-log(1)).
 
 An entry never holds params, results or plugin stderr, which can carry
 secrets (protocol "Secrets"); callers pass only method names, targets,

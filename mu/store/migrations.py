@@ -164,7 +164,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE trees ADD COLUMN job TEXT;        -- the job record's token, once written
     CREATE UNIQUE INDEX trees_agent ON trees(agent) WHERE agent IS NOT NULL;
     """,
-    # deliveries (DESIGN "Deliveries"): one row per message given to an
+    # deliveries (mu-send(1)): one row per message given to an
     # agent; `seq` orders the deliveries to one agent as they were written.
     # No text: the message lives only in the open intent's params.
     """

@@ -4,7 +4,7 @@
 transaction, so two invocations adding or removing at once cannot slip a
 duplicate argv, a shared channel name, a dangling consumer or a consumer a
 new declaration strands past the checks (protocol "Registration and
-trust"; DESIGN, "What mu takes from the redesign").
+trust"; docs/DECISIONS.md, "Re-registration checks what each consumer needs").
 """
 
 from __future__ import annotations
