@@ -28,9 +28,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any, Dict, Iterator, List, Optional
 
-from mu import environment
+from mu import environment, text
 from mu.agents import check_workstream, life, readings
 from mu.agents import spawn as spawning
 from mu.errors import Refused, UsageError
@@ -206,6 +207,8 @@ def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optio
     environment.effect_timeout_ms()  # a malformed knob refuses before anything is written
     environment.host_deadline_margin_ms()
     environment.spawn_job_ms()
+    text.check_env(env)
+    text.check_given(from_rev, "--from")
     with _plugins_stopped():
         done = spawning.spawn(spawning.SpawnRequest(agent, host, command, dict(env or {}), harness, role, worktree,
                                                     send, task, from_rev))
@@ -576,6 +579,7 @@ def collect(agent: str, timeout_s: Optional[float] = None, into: Optional[str] =
     from mu.agents import collect as collecting
     from mu.deadline import Deadline
 
+    text.check_given(into, "--into")
     with _plugins_stopped():
         done = collecting.collect(agent, Deadline.after(timeout_s) if timeout_s else None, into)
     return CollectResult(*done)
@@ -646,3 +650,16 @@ def host_check(name: str, phases: Optional[List[str]] = None) -> HostCheckResult
     with _plugins_stopped():
         done = checks.check_host(name, phases)
     return HostCheckResult(done.host, [HostCheckStep(*s) for s in done.steps], done.handback)
+
+
+# -- text that is not UTF-8 ---------------------------------------------------------
+
+# Keep this last: every function of `__all__` refuses an argument holding
+# text that is not valid UTF-8 (a lone surrogate, as Python decodes such
+# bytes of a command line) with a `UsageError` (exit 2) naming the
+# parameter, before it does anything (`mu.text`).  A function defined
+# below this loop is not guarded (tests/test_input.py checks them all).
+for _name in __all__:
+    if isinstance(globals()[_name], FunctionType):
+        globals()[_name] = text.guarded(globals()[_name])
+del _name
