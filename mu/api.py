@@ -526,8 +526,8 @@ def agent_check(agent: str, msg_id: str) -> CheckResult:
     its start by the protocol's rule-table (found: the view opens and it
     is `accepted` with runs 0; proven none: the attempt is rolled back and
     the receipt asked); any other msgId is a delivery's
-    (`mu.agents.deliver.check`).  `Refused` (exit 2) for a msgId mu has no
-    delivery of while it has no deliveries; `UnknownOutcome` (exit 1)
+    (`mu.agents.deliver.check`).  `NotFound` (exit 2, "no such message")
+    for a msgId mu never sent to the agent; `UnknownOutcome` (exit 1)
     while a delivery's outcome stays unknown."""
     environment.effect_timeout_ms()
     with _plugins_stopped():

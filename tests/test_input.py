@@ -1,6 +1,6 @@
 """Bad input from the command line or from a program that embeds mu: text
 that is not UTF-8, `--env` names that are not variable names, an empty
-`--from` or `--into`.  Each is refused in one line,
+`--from` or `--into`, a msgId mu never sent.  Each is refused in one line,
 exit 2, before anything is written (mu.text, mu.cli.options).
 
 Python decodes a command line's bytes that are not UTF-8 into lone
@@ -122,7 +122,7 @@ def test_the_api_refuses_bad_env_names_and_empty_revisions(isolated):
     assert not isolated.exists()
 
 
-# -- with an agent: a spawn refused leaves nothing ---------------------------------------
+# -- with an agent: a spawn refused leaves nothing; a msgId mu never sent ---------------
 
 @pytest.fixture
 def box(fake, tmp_path, monkeypatch):
@@ -169,3 +169,16 @@ def test_a_spawn_with_a_bad_first_prompt_leaves_nothing_and_the_name_stays_free(
     assert len(rows(box, "deliveries")) == 1
     assert [json.loads(line)["params"]["text"] for line in (tmp_path / "inbox").read_text().splitlines()] == ["café"]
 
+
+def test_checking_a_msgid_mu_never_sent_is_no_such_message(box, tmp_path):
+    assert run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "demo").returncode == 0
+    assert run_mu("send", "w/a", "hello").returncode == 0
+    sent = rows(box, "deliveries")
+    never = "01a23be5-0000-7000-8000-000000000000"
+    out = run_mu("agent", "check", "w/a", never)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert one_line(out) == f"mu: no such message: mu made no delivery {never} to w/a"
+    assert out.stdout == ""
+    assert rows(box, "deliveries") == sent
+    unknown = run_mu("agent", "check", "w/none", never)
+    assert unknown.returncode == 2 and "no agent named w/none" in one_line(unknown)
