@@ -389,7 +389,7 @@ def _raise_typed(e: sqlite3.Error, path: str, wait_ms: int) -> NoReturn:
 _SPACE_CODES = {10, 13, 14}  # SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN
 # Less room than this, when sqlite cannot write, is the cause: a -shm region
 # is 32 KiB, a WAL frame a page, a checkpoint more.
-_ROOM_BYTES = 1 << 20
+_ROOM_BYTES = 512 << 10
 _FULL = "free some space there, or point MU_STATE_DIR elsewhere"
 
 
