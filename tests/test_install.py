@@ -72,14 +72,19 @@ def test_the_installed_demo_agent_runs_a_turn(installed, tmp_path):
     assert shutil.which("mu-demo-agent", path=env["PATH"]) == str(installed / "bin" / "mu-demo-agent")
     agent = subprocess.Popen(["mu-demo-agent", "--dir", str(folder), "--poll", "0.02"], cwd=work, env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def turn() -> dict:
+        try:  # replaced whole (a rename), but not there before the agent's start
+            return json.loads((folder / "turn.json").read_text())
+        except FileNotFoundError:
+            return {}
+
     try:
-        wait_for(lambda: (folder / "inbox").is_dir(), 10, "the agent's inbox")
+        wait_for(lambda: turn(), 10, "the agent's start")
         delivery = {"msgId": "m-1", "kind": "send", "text": "hello from outside", "at": int(time.time() * 1000)}
         (folder / "inbox" / ".m-1.tmp").write_text(json.dumps(delivery))
         os.replace(folder / "inbox" / ".m-1.tmp", folder / "inbox" / "m-1.json")
-        wait_for(lambda: json.loads((folder / "turn.json").read_text()).get("runs") == 1, 10, "a settled turn")
-        turn = json.loads((folder / "turn.json").read_text())
-        assert "You said: hello from outside" in turn["lastText"]
+        wait_for(lambda: turn().get("runs") == 1, 10, "a settled turn")
+        assert "You said: hello from outside" in turn()["lastText"]
         assert (work / "turn-1-1.md").is_file()
     finally:
         agent.send_signal(signal.SIGTERM)
