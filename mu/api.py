@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from mu import environment
+from mu import environment, text
 from mu.agents import check_workstream
 from mu.errors import Refused, UsageError
 from mu.lazy import Lazy
@@ -210,6 +211,8 @@ def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optio
     environment.effect_timeout_ms()  # a malformed knob refuses before anything is written
     environment.host_deadline_margin_ms()
     environment.spawn_job_ms()
+    text.check_env(env)
+    text.check_given(from_rev, "--from")
     with _plugins_stopped():
         done = spawning.spawn(spawning.SpawnRequest(agent, host, command, dict(env or {}), harness, role, worktree,
                                                     send, task, from_rev))
@@ -527,8 +530,8 @@ def agent_check(agent: str, msg_id: str) -> CheckResult:
     its start by the protocol's rule-table (found: the view opens and it
     is `accepted` with runs 0; proven none: the attempt is rolled back and
     the receipt asked); any other msgId is a delivery's
-    (`mu.agents.deliver.check`).  `Refused` (exit 2) for a msgId mu has no
-    delivery of while it has no deliveries; `UnknownOutcome` (exit 1)
+    (`mu.agents.deliver.check`).  `NotFound` (exit 2, "no such message")
+    for a msgId mu never sent to the agent; `UnknownOutcome` (exit 1)
     while a delivery's outcome stays unknown."""
     environment.effect_timeout_ms()
     with _plugins_stopped():
@@ -580,6 +583,7 @@ def collect(agent: str, timeout_s: Optional[float] = None, into: Optional[str] =
     from mu.agents import collect as collecting
     from mu.deadline import Deadline
 
+    text.check_given(into, "--into")
     with _plugins_stopped():
         done = collecting.collect(agent, Deadline.after(timeout_s) if timeout_s else None, into)
     return CollectResult(*done)
@@ -1111,3 +1115,16 @@ def log(*, plugin: Optional[str] = None, pid: Optional[int] = None, since_ms: Op
     found = journal_store.query(plugin=plugin, pid=pid, since_ms=since_ms, until_ms=until_ms, grep=pattern,
                                 last=last, after_id=after)
     return [LogEntry(*e) for e in found]
+
+
+# -- text that is not UTF-8 ---------------------------------------------------------
+
+# Keep this last: every function of `__all__` refuses an argument holding
+# text that is not valid UTF-8 (a lone surrogate, as Python decodes such
+# bytes of a command line) with a `UsageError` (exit 2) naming the
+# parameter, before it does anything (`mu.text`).  A function defined
+# below this loop is not guarded (tests/test_input.py checks them all).
+for _name in __all__:
+    if isinstance(globals()[_name], FunctionType):
+        globals()[_name] = text.guarded(globals()[_name])
+del _name

@@ -37,7 +37,7 @@ groups.become_subreaper()
 #: hostile corpus runs once, for every test that reads its outcomes): under
 #: pytest-xdist each goes whole to one worker, where split it would be run
 #: again by every worker that got a part.
-ONE_WORKER_FILES = frozenset({"tests/test_hostile.py"})
+ONE_WORKER_FILES = frozenset({"tests/test_hostile.py", "tests/test_install.py"})
 
 try:
     from xdist.scheduler import LoadScopeScheduling

@@ -400,15 +400,18 @@ def check(agent_name: str, msg_id: str) -> Delivered:
 
     A recorded outcome (`accepted`, `not-accepted`) is returned as it is,
     with no call.  An open one is resolved under the agent's lock.  A msgId
-    mu has no delivery of is asked of the channel's receipt, when it
-    declares `receipt: "exact"` (nothing is written); else `NotFound`.
-    Raises `UnknownOutcome` (exit 1) while the outcome stays unknown."""
+    mu has no delivery of is one mu never sent (every delivery's row is
+    written before its call): `NotFound` (exit 2), whatever a channel's
+    receipt would say of it.  Raises `UnknownOutcome` (exit 1) while the
+    outcome stays unknown."""
     workstream, name = split_agent(agent_name)
     if not msg_id.strip():
         raise UsageError("a msgId cannot be empty")
     row = deliveries.find(msg_id)
     if row is None:
-        return _receipt_only(agent_name, msg_id)
+        _find(agent_name)  # an unknown agent is named as such first
+        raise NotFound(f"no such message: mu made no delivery {msg_id} to {agent_name}",
+                       "`mu state` lists the deliveries whose outcome is open")
     if (row.workstream, row.name) != (workstream, name):
         raise NotFound(f"{msg_id} is not a delivery to {agent_name}", f"it was delivered to {row.agent}")
     if row.state in ("accepted", "not-accepted"):
@@ -448,23 +451,3 @@ def _delivered(row: Delivery, resolved: List[str]) -> Delivered:
     # baseline counts in (deliveries.Cursor)
     inc = None if row.kind == "fresh" else row.baseline_inc
     return Delivered(row.msg_id, row.agent, row.kind, row.state, row.baseline_runs, inc, row.ack, resolved)
-
-
-def _receipt_only(agent_name: str, msg_id: str) -> Delivered:
-    """A msgId with no delivery row (a spawn's first prompt, say): only a
-    receipt can say anything about it, and it is a read."""
-    target = _find(agent_name)
-    if (target.seam.get("caps") or {}).get("receipt") != "exact":
-        raise NotFound(f"mu has no delivery {msg_id} to {agent_name}, and its channel has no exact receipt to ask")
-    client = seam.client_for(target.agent.plugin)
-    channel_seam.require_instance(client, target.job)
-    try:
-        answer = seam.receipt(client, channel_seam.target(target.agent, target.host, target.job), msg_id)
-    except MuError as e:
-        if isinstance(e, (NotFound, Refused)):
-            raise
-        raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: its receipt cannot be read: {e.message}",
-                             key=msg_id, detail=e.detail) from None
-    if answer["state"] == "unreachable":
-        raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: unreachable: {answer['reason']}", key=msg_id)
-    return Delivered(msg_id, agent_name, "", answer["state"], answer.get("runs"), answer.get("incarnation"), None, [])

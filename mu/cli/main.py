@@ -84,15 +84,19 @@ def usage_of(verb: Optional[str]) -> str:
 
 
 def parse(module: ModuleType, argv: List[str]) -> dict:
-    """docopt over the group's usage; bad usage is a `UsageError`."""
+    """docopt over the group's usage; bad usage is a `UsageError`, and so
+    is a text that is not valid UTF-8 (checked before the verb runs)."""
     from docopt import DocoptExit, docopt
 
+    from mu.cli.options import check_texts
     from mu.errors import UsageError
 
     try:
-        return docopt(module.__doc__, argv=argv, default_help=False)
+        args = docopt(module.__doc__, argv=argv, default_help=False)
     except DocoptExit:
         raise UsageError(f"bad usage of `mu {argv[0]}`", f"`mu help {argv[0]}` prints its usage") from None
+    check_texts(args)
+    return args
 
 
 # The glances, parsed by hand: for exactly these command lines, these are

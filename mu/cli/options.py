@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from mu import text
 from mu.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List
+    from typing import Any, Dict, List, Mapping
+
+
+def check_texts(args: Mapping[str, Any]) -> None:
+    """Every text of a parsed command line (docopt's answer) is valid UTF-8,
+    checked before the verb writes anything: else a `UsageError` (exit 2)
+    naming the option or argument as the usage spells it (`--send`,
+    `<text>`), and for `--env` the variable, never a value."""
+    for key, value in args.items():
+        if key == "--env" and isinstance(value, list):
+            for pair in value:
+                name, sep, rest = pair.partition("=")
+                text.check(name, "a variable name in --env")
+                text.check(rest, f"the value of --env {name}" if sep else "--env")
+        else:
+            text.check_value(value, key)
 
 
 def parse_params(pairs: List[str], option: str = "--param") -> Dict[str, str]:

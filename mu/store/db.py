@@ -19,7 +19,8 @@ untyped when they are about the state rather than about mu's SQL:
 `connect()`, `transaction()` and `reading()` raise `DatabaseBusy` when
 another process held the write lock past the busy timeout, and
 `StateError` naming the path and what is wrong when the folder or the
-file cannot be used (not a folder, not a database, damaged, read-only).
+file cannot be used (not a folder, not a database, damaged, read-only,
+its disk full: a read too needs room for the -shm file).
 Either is raised with nothing written: a transaction is rolled back, and
 a file that is not mu's database is never created over, migrated or
 repaired.  Other sqlite errors (a constraint, bad SQL) are mu's bugs and
@@ -375,4 +376,36 @@ def _raise_typed(e: sqlite3.Error, path: str, wait_ms: int) -> NoReturn:
         if code == number or (code is None and fragment in text.lower()):
             what, hint = meaning, remedy
             break
+    if code in _SPACE_CODES or (code is None and any(f in text.lower() for f in ("disk i/o", "is full", "unable"))):
+        full = _no_space(path)
+        if full:
+            raise StateError(f"{path} cannot be read or written: {full} ({text})", _FULL) from None
     raise StateError(f"{path} {what} ({text})", hint) from None
+
+
+# A read opens the database's -shm (and -wal) files beside it, and sqlite
+# answers a file system with no room for them with a bare "disk I/O error"
+# (or "unable to open"): the space left, not sqlite's words, names the cause.
+_SPACE_CODES = {10, 13, 14}  # SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN
+# Less room than this, when sqlite cannot write, is the cause: a -shm region
+# is 32 KiB, a WAL frame a page, a checkpoint more.
+_ROOM_BYTES = 512 << 10
+_FULL = "free some space there, or point MU_STATE_DIR elsewhere"
+
+
+def _no_space(path: str) -> Optional[str]:
+    """What is full where `path` lives ("the disk holding <folder> is full,
+    N KiB free", or out of inodes), or None when there is room (or the file
+    system cannot say)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        room = os.statvfs(folder)
+    except OSError:
+        return None
+    # root may use the blocks a file system keeps back; anyone else may not
+    blocks = room.f_bfree if os.geteuid() == 0 else room.f_bavail
+    if blocks * room.f_frsize < _ROOM_BYTES:
+        return f"the disk holding {folder} is full, {blocks * room.f_frsize // 1024} KiB free"
+    if room.f_files and not (room.f_ffree if os.geteuid() == 0 else room.f_favail):
+        return f"the disk holding {folder} has no free inodes (no room for a new file)"
+    return None
