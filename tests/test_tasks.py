@@ -8,6 +8,7 @@ verb under test through bin/mu."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 from typing import Dict, List
@@ -227,3 +228,61 @@ def test_a_task_recorded_before_the_graph_keeps_its_id_and_its_claim(isolated):
     assert json.loads(mu_ok("task", "show", claimed, "--json"))["status"] == "in-progress"
     mu_ok("task", "block", old, "--by", claimed)
     consistent(isolated)
+
+
+# -- the reaper: the demo agent on the local provider ---------------------------------
+
+
+@pytest.fixture
+def demo_box(tmp_path, monkeypatch):
+    from conftest import ROOT
+    from test_agents import Box
+
+    monkeypatch.setenv("MU_PANES", "headless")
+    monkeypatch.setenv("PATH", f"{ROOT / 'examples'}{os.pathsep}{os.environ['PATH']}")  # the demo harness
+    made = Box(tmp_path, "bound")
+    yield made
+    made.finish()
+
+
+def test_a_killed_job_and_a_close_give_the_agents_tasks_back(demo_box, isolated):
+    from test_agent_life import kill_view
+    from test_agents import show
+
+    first = api.task_add("w", "first").id
+    second = api.task_add("w", "second").id
+    db.close()
+    for name, task in (("w/a", first), ("w/b", second)):
+        out = run_mu("agent", "spawn", name, "--host", "box", "--harness", "demo", "--task", task)
+        assert out.returncode == 0, out.stderr
+    mu_ok("task", "note", first, "half done", env={"MU_AGENT": "w/a"})
+    assert {t["id"]: t["claimedBy"] for t in json.loads(mu_ok("task", "list", "--json"))} == {first: "w/a",
+                                                                                              second: "w/b"}
+    kill_view(show("w/a")["pane"])  # the job dies; the next read sees it ended
+    mu_ok("agent", "list")
+    story = json.loads(mu_ok("task", "show", first, "--json"))
+    assert story["status"] == "open" and story["claimedBy"] is None
+    reap = story["events"][-1]
+    assert (reap["who"], reap["kind"]) == ("mu", "reap") and reap["text"].startswith("w/a: ended: its bound view died")
+    assert [e["kind"] for e in story["events"]] == ["add", "claim", "note", "reap"]  # the note outlives the agent
+    mu_ok("agent", "close", "w/b")
+    story = json.loads(mu_ok("task", "show", second, "--json"))
+    assert story["status"] == "open" and story["events"][-1]["kind"] == "reap"
+    assert "w/b" in story["events"][-1]["text"]
+    consistent(isolated)
+
+
+def test_state_names_a_claim_whose_agent_is_gone_and_the_tracks(isolated):
+    a = api.task_add("web", "a").id
+    api.task_add("web", "b", blocked_by=[a])
+    api.task_add("web", "c")
+    api.task_claim("c", "web/ghost")
+    db.close()
+    snap = json.loads(mu_ok("state", "--json"))
+    assert {"kind": "task-claim", "subject": "c", "text": "task c is claimed by web/ghost, which is gone",
+            "command": "mu task release c"} in snap["notices"]
+    assert snap["tracks"] == [{"workstream": "web", "tasks": ["a", "b"]}, {"workstream": "web", "tasks": ["c"]}]
+    text = mu_ok("state")
+    assert "tracks:\n  web: a, b\n  web: c\n" in text and "(`mu task release c`)" in text
+    mu_ok("task", "release", "c")
+    assert not [n for n in json.loads(mu_ok("state", "--json"))["notices"] if n["kind"] == "task-claim"]

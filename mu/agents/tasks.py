@@ -240,29 +240,6 @@ def tree(task_id: str, down: bool = False) -> List[Tuple[int, View]]:
     return out
 
 
-def tracks(views_: Sequence[View]) -> List[List[str]]:
-    """The parallel tracks: the unfinished tasks grouped so that no two
-    groups share an edge (a group may run beside every other one), each
-    group oldest first, the groups by their oldest task."""
-    live = {v.task.id: v for v in views_ if v.task.status not in FINISHED}
-    parent = {t: t for t in live}
-
-    def root(t: str) -> str:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
-
-    for tid, v in live.items():
-        for b in v.blocked_by:
-            if b in live:
-                parent[root(tid)] = root(b)
-    groups: Dict[str, List[str]] = {}
-    for tid in live:  # oldest first: views come oldest first
-        groups.setdefault(root(tid), []).append(tid)
-    return list(groups.values())
-
-
 # -- claims and evidence --------------------------------------------------------------
 
 

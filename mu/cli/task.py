@@ -21,15 +21,15 @@ Options:
   --brief <text>        What the agent that takes the task is to do.
   --by <task>           The task that blocks it (repeat for more).
   --down                Show what the task blocks rather than what blocks it.
-  --status <s>          Only tasks of this status (repeat for more): open,
-                        in-progress, closed, rejected, deferred.
+  --status <s>          Only tasks of this status (repeat for more).
   --for <agent>         The agent that claims it (default: $MU_AGENT).
   --evidence <text>     What proves it done: commits, a test command and its result.
   --reopen              Open a closed, rejected or deferred task again.
   --cascade             Reject (defer) the open tasks that depend on it too.
   --json                Print one JSON document on stdout and nothing else there.
 
-Inside an agent's pane, MU_AGENT names the agent: a bare `mu task claim`
+A status is open, in-progress, closed, rejected or deferred; only closed
+unblocks.  Inside an agent's pane, MU_AGENT names the agent: a bare `mu task claim`
 claims for it, and every change is recorded as its.
 """
 

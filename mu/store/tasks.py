@@ -201,6 +201,13 @@ def reap(conn: sqlite3.Connection, agent: str, why: str) -> List[str]:
     return ids
 
 
+def reap_job(conn: sqlite3.Connection, token: str, why: str) -> List[str]:
+    """The reaper, for a job proven over (read ended or lost, stopped,
+    or its record gone): the tasks its agent holds are open again."""
+    row = conn.execute("SELECT agent FROM jobs WHERE token = ?", (token,)).fetchone()
+    return reap(conn, row[0], why) if row and row[0] else []
+
+
 def claimed_by(agent: str, conn: Optional[sqlite3.Connection] = None) -> List[Task]:
     """The tasks `agent` holds."""
     sql = "SELECT * FROM tasks WHERE claimed_by = ? ORDER BY rowid"
