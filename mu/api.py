@@ -46,7 +46,7 @@ __all__ = [
     "Task", "AgentInfo", "SpawnResult", "CloseResult",
     "TaskEvent", "TaskStory", "TreeNode", "ClaimResult", "ShelveResult",
     "task_add", "task_list", "task_block", "task_unblock", "task_next", "task_tree", "task_show", "task_claim",
-    "task_note", "task_close", "task_release", "task_reject", "task_defer", "skill_path",
+    "task_note", "task_close", "task_release", "task_reject", "task_defer", "skill_path", "wait_all",
     "agent_spawn", "agent_list", "agent_show", "agent_read", "agent_close",
     "ReadResult", "ReattachResult", "ReleaseResult", "agent_reattach", "host_release",
     "CheckResult", "agent_check",
@@ -517,29 +517,40 @@ __all__ += ["WaitResult", "wait", "StateResult", "state"]
 
 @dataclass(frozen=True)
 class WaitResult:
-    """`mu wait`'s event (DESIGN "Waiting, without a race"): `event` is
-    `settled`, `dead`, `restarted` or `deadline`; `exit_code` is 7 for
-    `deadline`, else 0.  `collected` says what the in-life collect after
-    the event did (None when none was due)."""
+    """`mu wait`'s event (DESIGN "Waiting, without a race"): an agent's
+    `event` is `settled`, `dead`, `restarted` or `deadline`; a task's
+    (`task` set, `agent` None) is `closed`, `reaped`, `rejected` or
+    `deferred`, its `detail` the event's seq, at, who and text.
+    `exit_code` is 7 for `deadline`, else 0.  `collected` says what the
+    in-life collect after the event did (None when none was due)."""
 
-    agent: str
+    agent: Optional[str]
     event: str
     observation: Optional[Dict[str, Any]]
     detail: Dict[str, Any]
     exit_code: int
     collected: Optional[Dict[str, Any]] = None
+    task: Optional[str] = None
 
     def as_json(self) -> Dict[str, Any]:
+        if self.task is not None:
+            return {"task": self.task, "event": self.event, "detail": self.detail}
         return {"agent": self.agent, "event": self.event, "observation": self.observation, "detail": self.detail}
 
 
 def wait(agents: Optional[List[str]] = None, after: Optional[int] = None, timeout_s: Optional[float] = None,
-         report: Optional[Any] = None) -> WaitResult:
-    """The first event among `agents` (every live agent when none).
-    `report(result)` is called with the event before the in-life collect
-    that may follow it.  Raises `mu.errors.TimedOut` (exit 124) when `timeout_s`
-    runs out first; `NotFound` or `UsageError` (exit 2) for bad input."""
+         report: Optional[Any] = None, *, tasks: Optional[List[str]] = None) -> WaitResult:
+    """The first event among `agents` (every live agent when none, and no
+    `tasks`) and `tasks`.  `report(result)` is called with the event
+    before the in-life collect that may follow it.  A task's event past
+    its cursor (its last add, claim or reopen) counts even when it came
+    before the wait started.  Raises `mu.errors.TimedOut` (exit 124) when
+    `timeout_s` runs out first; `NotFound` or `UsageError` (exit 2) for
+    bad input."""
     from mu.agents import wait as waiting
+
+    if tasks:
+        return wait_all(agents, tasks, after, timeout_s, report, every=False)[0]
 
     def shown(event: "waiting.Event") -> None:
         if report is not None:
@@ -550,6 +561,34 @@ def wait(agents: Optional[List[str]] = None, after: Optional[int] = None, timeou
         event, collected = waiting.wait(list(agents or []), after, timeout_s, shown)
     return WaitResult(event.agent, event.event, event.observation, event.detail, event.exit_code,
                       collected._asdict() if collected.ran else None)
+
+
+def wait_all(agents: Optional[List[str]] = None, tasks: Optional[List[str]] = None, after: Optional[int] = None,
+             timeout_s: Optional[float] = None, report: Optional[Any] = None, *, every: bool = True,
+             ) -> List[WaitResult]:
+    """`mu wait --all`: one event of every named agent and task, in the
+    order they came (`every=False`: the first only); `report` is called
+    with each as it comes.  `UsageError` (2) when nothing is named."""
+    from mu.agents import taskwait
+    from mu.agents import wait as waiting
+
+    if not agents and not tasks:
+        raise UsageError("--all needs the agents or tasks to wait for")
+    waiting.check_after(after)
+    waiting.check_timeout(timeout_s)
+
+    def result(fired: "taskwait.Fired") -> WaitResult:
+        return WaitResult(fired.agent, fired.event, fired.observation, dict(fired.detail), fired.exit_code,
+                          task=fired.task)
+
+    def shown(fired: "taskwait.Fired") -> None:
+        if report is not None:
+            report(result(fired))
+
+    environment.host_deadline_margin_ms()
+    with _plugins_stopped():
+        seen = taskwait.wait(list(agents or []), list(tasks or []), after, timeout_s, every, waiting.wait, shown)
+    return [result(f) for f in seen]
 
 
 @dataclass(frozen=True)

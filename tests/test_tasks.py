@@ -265,6 +265,18 @@ def test_a_killed_job_and_a_close_give_the_agents_tasks_back(demo_box, isolated)
     reap = story["events"][-1]
     assert (reap["who"], reap["kind"]) == ("mu", "reap") and reap["text"].startswith("w/a: ended: its bound view died")
     assert [e["kind"] for e in story["events"]] == ["add", "claim", "note", "reap"]  # the note outlives the agent
+    reaped = json.loads(mu_ok("wait", "--task", first, "--json"))  # the reap came before the wait: seen
+    assert reaped["task"] == first and reaped["event"] == "reaped" and reaped["detail"]["who"] == "mu"
+    # beside an agent: a task's close ends the wait on a turn that is not coming
+    waiting = start_mu("wait", "w/b", "--after", "99", "--task", second, "--json")
+    mu_ok("task", "close", second, "--evidence", "made by hand", env={"MU_AGENT": "w/b"})
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert json.loads(out) == {"task": second, "event": "closed", "detail": {
+        "seq": json.loads(out)["detail"]["seq"], "at": json.loads(out)["detail"]["at"], "who": "w/b",
+        "text": "made by hand"}}
+    mu_ok("task", "release", second, "--reopen")
+    mu_ok("task", "claim", second, "--for", "w/b")
     mu_ok("agent", "close", "w/b")
     story = json.loads(mu_ok("task", "show", second, "--json"))
     assert story["status"] == "open" and story["events"][-1]["kind"] == "reap"
@@ -286,3 +298,27 @@ def test_state_names_a_claim_whose_agent_is_gone_and_the_tracks(isolated):
     assert "tracks:\n  web: a, b\n  web: c\n" in text and "(`mu task release c`)" in text
     mu_ok("task", "release", "c")
     assert not [n for n in json.loads(mu_ok("state", "--json"))["notices"] if n["kind"] == "task-claim"]
+
+
+def test_wait_task_sees_a_close_that_came_before_it_and_all_waits_for_each(isolated):
+    done = api.task_add("web", "done early").id
+    later = api.task_add("web", "later").id
+    api.task_claim(done, "web/a")
+    api.task_close(done, "commit 1a2b")
+    db.close()
+    seen = json.loads(mu_ok("wait", "--task", done, "--json", "--timeout", "5"))
+    assert (seen["task"], seen["event"], seen["detail"]["text"]) == (done, "closed", "commit 1a2b")
+    assert mu_ok("wait", "--task", done) == f"task {done} closed by user: commit 1a2b\n"
+    # a later claim moves the cursor: the old close is not this piece of work's
+    mu_ok("task", "release", done, "--reopen")
+    mu_ok("task", "claim", done, "--for", "web/a")
+    out = run_mu("wait", "--task", done, "--timeout", "0.2")
+    assert out.returncode == 124 and out.stderr.startswith("mu: no event from task")
+    # --all: one event of each, as they come
+    waiting = start_mu("wait", "--task", done, "--task", later, "--all")
+    mu_ok("task", "reject", later)
+    mu_ok("task", "close", done, "--evidence", "again", env={"MU_AGENT": "web/a"})
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0, err
+    assert out.splitlines() == [f"task {later} rejected by user", f"task {done} closed by web/a: again"]
+    assert "no task 'nope'" in refused("wait", "--task", "nope")
