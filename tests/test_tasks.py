@@ -322,3 +322,14 @@ def test_wait_task_sees_a_close_that_came_before_it_and_all_waits_for_each(isola
     assert waiting.returncode == 0, err
     assert out.splitlines() == [f"task {later} rejected by user", f"task {done} closed by web/a: again"]
     assert "no task 'nope'" in refused("wait", "--task", "nope")
+
+
+def test_mu_skill_prints_the_shipped_skill_path_or_text(isolated):
+    path = mu_ok("skill").strip()
+    assert path.endswith("/mu/SKILL.md") and os.path.isfile(path)
+    text = mu_ok("skill", "--text")
+    assert text == open(path, encoding="utf-8").read()
+    for taught in ("MU_AGENT", "mu task claim", "mu task note", "mu task close", "--evidence", "mu agent spawn",
+                   "mu send", "mu wait --task"):
+        assert taught in text, taught
+    assert api.skill_path() == path
