@@ -138,6 +138,7 @@ def test_a_claim_in_a_pane_knows_its_agent_and_the_story_says_who_did_what(isola
     api.task_add("web", "api", blocked_by=[first.id])
     pane = {"MU_AGENT": "web/fixer"}
     assert "who claims it" in refused("task", "claim", "schema")
+    assert "agent name 'no good' is not valid" in refused("task", "note", "schema", "x", env={"MU_AGENT": "no good"})
     assert "blocked by schema" in refused("task", "claim", "api", env=pane)
     assert mu_ok("task", "claim", "schema", env=pane) == "schema is claimed by web/fixer\n"
     assert mu_ok("task", "claim", "schema", env=pane) == "schema is claimed by web/fixer (already)\n"

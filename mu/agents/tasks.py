@@ -42,6 +42,8 @@ def who() -> str:
     """The agent this process acts for (`MU_AGENT`, set in an agent's
     pane), or `user`."""
     agent = os.environ.get("MU_AGENT", "").strip()
+    if agent:
+        split_agent(agent)  # UsageError (exit 2) for a malformed one: it would be recorded as is
     return agent or "user"
 
 
@@ -246,7 +248,7 @@ def tree(task_id: str, down: bool = False) -> List[Tuple[int, View]]:
 def claim(task_id: str, agent: Optional[str] = None) -> Tuple[Task, bool]:
     """Claim `task_id` for `agent` (default: `MU_AGENT`); the task and
     whether this call claimed it (False: the agent held it already)."""
-    agent = agent or os.environ.get("MU_AGENT", "").strip() or None
+    agent = agent or (None if who() == "user" else who())
     if agent is None:
         raise UsageError("who claims it? give --for <agent>, or claim from inside an agent's pane (MU_AGENT)")
     workstream, _ = split_agent(agent)

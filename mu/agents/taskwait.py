@@ -142,7 +142,7 @@ def wait(agent_names: List[str], task_ids: List[str], after: Optional[int], time
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     seen: List[Fired] = []
     while True:
-        left_s = None if until is None else max(0.0, until.monotonic - time.monotonic())
+        left_s = timeout_s if until is None or not seen else max(0.0, until.monotonic - time.monotonic())
         fired = first(agents_left, marks, after, left_s, agent_wait, report)
         seen.append(fired)
         if fired.task is not None:
