@@ -13,7 +13,7 @@ import sqlite3
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from mu.store import db, tasks
+from mu.store import db
 
 
 class Job(NamedTuple):
@@ -69,6 +69,8 @@ def set_state(conn: sqlite3.Connection, token: str, state: str) -> None:
 
 
 def delete(conn: sqlite3.Connection, token: str) -> None:
+    from mu.store import tasks  # here, not at the top: a read that imports this module needs no task rows
+
     tasks.reap_job(conn, token, "its job is gone")  # the reaper: its tasks are open again, in this transaction
     conn.execute("DELETE FROM jobs WHERE token = ?", (token,))
 
@@ -104,6 +106,8 @@ def record_ended(conn: sqlite3.Connection, token: str, why: str) -> None:
     """The job is proven gone (its stop answered, or its host is lost) but
     its records stay, for the agent's reads and its close: `stopped`, and why."""
     conn.execute("UPDATE jobs SET state = 'stopped', ended = ? WHERE token = ?", (why, token))
+    from mu.store import tasks  # here, not at the top: a read that imports this module needs no task rows
+
     tasks.reap_job(conn, token, why)  # the reaper: its tasks are open again, in this transaction
 
 

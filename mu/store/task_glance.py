@@ -27,7 +27,9 @@ def stale_claims(conn: sqlite3.Connection) -> List[Tuple[str, str]]:
     """(task, agent) of each claim whose agent is gone."""
     return [(r[0], r[1]) for r in conn.execute(
         "SELECT id, claimed_by FROM tasks t WHERE claimed_by IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM agents a WHERE a.workstream || '/' || a.name = t.claimed_by) ORDER BY created_at, rowid")]
+        " (SELECT 1 FROM agents a WHERE a.workstream = substr(t.claimed_by, 1, instr(t.claimed_by, '/') - 1)"
+        " AND a.name = substr(t.claimed_by, instr(t.claimed_by, '/') + 1))"  # the agents' key: one lookup a claim
+        " ORDER BY created_at, rowid")]
 
 
 def tracks(conn: sqlite3.Connection) -> List[Tuple[str, List[str]]]:

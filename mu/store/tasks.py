@@ -17,7 +17,6 @@ mu.agents.tasks'.  A caller may rely on:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -65,6 +64,8 @@ def now_ms() -> int:
 def slug(title: str) -> str:
     """A title as an id: lower-case words joined by '-', cut at a word to
     at most SLUG_MAX characters; `task` when nothing of it is left."""
+    import re  # here: mu.store.jobs imports this module, and reads need no `re`
+
     words = re.findall(r"[a-z0-9]+", title.lower())
     out = ""
     for word in words:
