@@ -334,3 +334,13 @@ def test_mu_skill_prints_the_shipped_skill_path_or_text(isolated):
                    "mu send", "mu wait --task"):
         assert taught in text, taught
     assert api.skill_path() == path
+
+
+def test_a_spawn_refuses_a_task_that_is_not_open_before_any_plugin_call(isolated):
+    done = api.task_add("web", "done").id
+    api.task_close(done, "commit 1a2b")
+    db.close()
+    before = graph(isolated)
+    out = refused("agent", "spawn", "web/q", "--host", "nobox", "--command", "x", "--task", done)
+    assert out == f"mu: task {done} is closed"
+    assert graph(isolated) == before
