@@ -104,12 +104,15 @@ def test_task_add_prints_an_id_and_list_shows_the_claim():
     first = run_mu("task", "add", "web", "fix the login form", "--brief", "the button does nothing")
     assert first.returncode == 0, first.stderr
     task_id = first.stdout.strip()
-    assert len(task_id) == 36 and task_id[14] == "7"  # a UUIDv7
+    assert task_id == "fix-the-login-form"  # the title's slug
     second = run_mu("task", "add", "web", "write the docs")
     listed = json.loads(run_mu("task", "list", "--json").stdout)
     assert [t["id"] for t in listed] == [task_id, second.stdout.strip()]
     assert listed[0] == {"id": task_id, "workstream": "web", "title": "fix the login form",
-                         "brief": "the button does nothing", "claimedBy": None, "createdAt": listed[0]["createdAt"]}
+                         "brief": "the button does nothing", "claimedBy": None, "createdAt": listed[0]["createdAt"],
+                         "impact": None, "effort": None, "status": "open", "evidence": None, "closedBy": None,
+                         "closedAt": None, "blockedBy": [], "waitingOn": [], "blocks": [], "ready": True,
+                         "value": 50}
     assert listed[1]["brief"] is None
     human = run_mu("task", "list")
     assert "fix the login form" in human.stdout and "CLAIMED BY" in human.stdout

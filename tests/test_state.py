@@ -159,7 +159,8 @@ def test_state_with_nothing(isolated):
     out = run_mu("state")
     assert out.returncode == 0, out.stderr
     assert "no agents" in out.stdout and "no hosts" in out.stdout
-    assert json.loads(run_mu("state", "--json").stdout) == {"agents": [], "hosts": [], "notices": [], "asked": True}
+    assert json.loads(run_mu("state", "--json").stdout) == {"agents": [], "hosts": [], "notices": [], "asked": True,
+                                                                 "tracks": []}
 
 
 def test_state_takes_no_arguments(isolated):

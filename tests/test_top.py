@@ -43,6 +43,7 @@ def test_once_prints_one_frame_with_the_turns_texts_and_questions(crew):
     assert run_mu("wait", "w/a", "--timeout", "20").returncode == 0
     assert run_mu("send", "w/b", "/ask may I delete build?").returncode == 0
     task = run_mu("task", "add", "w", "tidy the docs").stdout.strip()
+    later = run_mu("task", "add", "w", "publish the docs", "--blocked-by", task).stdout.strip()
 
     def frame() -> str:
         out = run_mu("top", "--once", env={"COLUMNS": "160"})
@@ -55,7 +56,9 @@ def test_once_prints_one_frame_with_the_turns_texts_and_questions(crew):
     assert "idle" in row_a and "You said: hello from the test" in row_a
     row_b = next(line for line in text.splitlines() if line.lstrip().startswith("w/b"))
     assert "? may I delete build?" in row_b
-    assert task in text and "tidy the docs" in text
+    rows = {line.split()[0]: line.split()[1] for line in text.split("TASKS", 1)[1].split("HOSTS", 1)[0].splitlines()
+            if line.strip() and not line.lstrip().startswith("TASK")}
+    assert rows == {task: "ready", later: "blocked"}, text
     assert "box" in text.split("HOSTS", 1)[1]
     assert "keys:" not in text  # a frame for scripts, not a screen
     other = run_mu("top", "--once", "--workstream", "elsewhere").stdout

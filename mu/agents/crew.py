@@ -117,19 +117,21 @@ def _reread(row: AgentRow, reading: Any) -> AgentRow:
 
 
 def tasks() -> List[TaskRow]:
-    """The tasks, open and in progress first.  A record without a status
-    (the tasks of a schema that has none) reads `open`, or `in-progress`
-    while claimed."""
-    from mu.store import tasks as task_store
+    """The tasks still to do, in the order a person reads them: in
+    progress (with the owner), then ready (open, unclaimed, waiting on
+    nothing; the most valuable first), then blocked (open, waiting on a
+    task not closed yet).  Closed, rejected and deferred tasks are left
+    out: `mu task list` has them."""
+    from mu.agents import tasks as task_rules
 
-    found = []
-    for task in task_store.all_tasks():
-        owner = getattr(task, "claimed_by", None)
-        status = getattr(task, "status", None) or ("in-progress" if owner else "open")
-        found.append(TaskRow(task.id, task.workstream, task.title, status, owner))
-    order = {"in-progress": 0, "open": 1, "blocked": 2}
-    found.sort(key=lambda t: (order.get(t.status, 3), t.workstream, t.id))
-    return found
+    shown = []
+    for v in task_rules.views(("open", "in-progress")):
+        status = v.task.status if v.task.status != "open" else ("ready" if v.ready else "blocked"
+                                                                  if v.waiting_on else "open")
+        shown.append((v, status))
+    order = {"in-progress": 0, "ready": 1, "open": 2, "blocked": 3}
+    shown.sort(key=lambda vs: (order[vs[1]], -task_rules.value(vs[0].task), vs[0].task.created_at))
+    return [TaskRow(v.task.id, v.task.workstream, v.task.title, status, v.task.claimed_by) for v, status in shown]
 
 
 class Live:

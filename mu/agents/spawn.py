@@ -226,6 +226,8 @@ def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str]
     if task.claimed_by is not None and (task.claimed_by != request.agent or jobs.of_agent(request.agent) is None):
         # the same agent's unfinished spawn may claim it again (its replay); no one else
         raise Refused(f"task {task.id} is already claimed by {task.claimed_by}", "`mu task list` shows the claims")
+    if task.claimed_by is None and task.status != "open":  # the task graph: only open work is claimed
+        raise Refused(f"task {task.id} is {task.status}", f"`mu task release {task.id} --reopen` opens it again")
     # DESIGN "Tasks": the brief is the first prompt; a task without one is its title
     return task.brief if task.brief and task.brief.strip() else task.title, task
 

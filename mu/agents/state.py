@@ -26,18 +26,23 @@ Notices (`kind`, what, the command):
   intent         an open intent record (an effect whose outcome is unknown)
   delivery       a delivery whose outcome is unknown
   not-asked      agents past `ASK_MAX`, read from records only
+  task-claim     a task claimed by an agent that is gone: `mu task release <task>`
+
+The snapshot's `tracks` are the task graph's parallel tracks
+(mu.store.task_glance): unfinished tasks joined by edges, each track
+workable beside the others.
 """
 
 from __future__ import annotations
 
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import environment
 from mu.agents import hosting
 from mu.agents.hosting import Host
-from mu.store import agents, db, hosts, intents
+from mu.store import agents, db, hosts, intents, task_glance
 from mu.store.agents import Glance
 from mu.store.hosts import ProviderHost
 
@@ -103,6 +108,7 @@ class Snapshot(NamedTuple):
     hosts: List[HostState]
     notices: List[Notice]
     asked: bool
+    tracks: List[Tuple[str, List[str]]] = []  # the task graph's parallel tracks: (workstream, task ids)
     # each asked agent's whole reading, by name (empty when none was asked):
     # for a live view that shows more of an agent than `mu state` prints
     readings: Dict[str, Any] = {}
@@ -111,7 +117,8 @@ class Snapshot(NamedTuple):
         # dict(zip(keys, row)) by map: no Python frame per agent
         return {"agents": list(map(dict, map(partial(zip, AGENT_JSON_KEYS), self.agents))),
                 "hosts": [h.as_json() for h in self.hosts],
-                "notices": [n.as_json() for n in self.notices], "asked": self.asked}
+                "notices": [n.as_json() for n in self.notices], "asked": self.asked,
+                "tracks": [{"workstream": w, "tasks": t} for w, t in self.tracks]}
 
 
 class _Records(NamedTuple):
@@ -195,7 +202,10 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
     host_rows = [_host_state(h, now_ms) for h in records.hosts]
-    return Snapshot(shown, host_rows, notices, ask, seen)
+    stale, tracks = task_glance.glance()  # claims of agents that are gone, and the parallel tracks
+    notices += [Notice("task-claim", t, f"task {t} is claimed by {a}, which is gone", f"mu task release {t}")
+                for t, a in stale]
+    return Snapshot(shown, host_rows, notices, ask, tracks, seen)
 
 
 def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: Optional[int]) -> List[Notice]:

@@ -81,7 +81,8 @@ from mu.store.journal import journal
 EVENTS = ("settled", "dead", "restarted", "deadline")
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0  # lastRun polling, where there is no watch
 LIVENESS_FIRST_S, LIVENESS_MAX_S = 0.25, 2.0  # job.status while waiting
-COLLECT_PAUSES_S = (0.5, 2.0, 5.0)  # an in-life collect that failed is tried again after these
+COLLECT_PAUSES_S = (0.5, 2.0, 5.0)
+ALSO_EVERY_S = 0.5  # how often `also` (the tasks of `mu wait --task`) is asked, at most  # an in-life collect that failed is tried again after these
 
 
 class Event(NamedTuple):
@@ -161,10 +162,12 @@ def check_timeout(timeout_s: Optional[float]) -> None:
 
 
 def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[float] = None,
-         report: Optional[Callable[[Event], None]] = None) -> Tuple[Event, Collected]:
+         report: Optional[Callable[[Event], None]] = None, also: Optional[Callable[[], None]] = None,
+         ) -> Tuple[Event, Collected]:
     """The first event among the agents `names` (every live agent when
     empty), and what the in-life collect after it did.  `report` is called
-    with the event before that collect.  Raises `TimedOut` (exit 124)
+    with the event before that collect; `also`, when given, on every turn
+    of the loop (mu.agents.taskwait: it raises to end the wait).  Raises `TimedOut` (exit 124)
     when `timeout_s` runs out first, `NotFound`/`UsageError` (exit 2) for
     bad input."""
     check_after(after)
@@ -173,7 +176,7 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     picked = pick(names)
     clients = readings.Clients()
     try:
-        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients)
+        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also)
         _learn(event, picked)
         journal().record(f"wait: {event.agent} {event.event}")
         if report is not None:
@@ -184,7 +187,7 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
 
 
 def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Optional[float], margin_ms: int,
-          clients: readings.Clients) -> Event:
+          clients: readings.Clients, also: Optional[Callable[[], None]] = None) -> Event:
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     watched = [Watched(a, *_records(a)) for a in picked]
     for w in watched:
@@ -209,7 +212,7 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
             found = _start(w, after, clients)
             if found is not None:
                 return found
-        return _loop(live, until, timeout_s, margin_ms, clients)
+        return _loop(live, until, timeout_s, margin_ms, clients, also)
     finally:
         for w in live:
             if w.watch is not None and not w.watch.fired:
@@ -354,10 +357,12 @@ def _settled(w: Watched, observation: Dict[str, Any], clients: readings.Clients)
 
 
 def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[float], margin_ms: int,
-          clients: readings.Clients) -> Event:
+          clients: readings.Clients, also: Optional[Callable[[], None]] = None) -> Event:
     liveness_every = LIVENESS_FIRST_S
     liveness_at = time.monotonic() + liveness_every
     while True:
+        if also is not None:
+            also()  # mu wait --task: a task's event ends the wait by raising
         for w in live:
             if w.watch is not None and w.watch.fired:
                 assert w.cursor is not None
@@ -391,6 +396,8 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
         if until is not None and until.expired:
             raise TimedOut(f"no event from {_names(live)} within {timeout_s:g} s")
         wake = [liveness_at] + [w.poll_at for w in live if w.polling]
+        if also is not None:
+            wake.append(time.monotonic() + ALSO_EVERY_S)
         margin_at = _next_margin(live, margin_ms)
         if margin_at is not None:
             wake.append(margin_at)  # the sleep is capped at the earliest margin

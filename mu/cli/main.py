@@ -7,7 +7,7 @@ Usage:
 Verbs:
   plugin    register, inspect, call and test plugins
   host      acquire, reach, check and release hosts
-  task      record the tasks agents take
+  task      plan the work as a graph of tasks, claim it, close it with evidence
   agent     spawn, read and close agents
   log       read the journal of plugin processes and mu's own events
   wait      wait for an agent's turn to settle, its death, or its host's deadline
@@ -18,6 +18,7 @@ Verbs:
   abort     abort an agent's turn
   answer    answer an agent's pending question
   collect   bring an agent's commits back onto branch mu/<workstream>/<name>
+  skill     the SKILL.md that teaches an agent in a pane to use mu
   top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
   help      print a verb's usage
@@ -55,6 +56,7 @@ GROUPS = {
     "abort": "mu.cli.send",
     "answer": "mu.cli.send",
     "collect": "mu.cli.collect",
+    "skill": "mu.cli.skill",
     "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
 }

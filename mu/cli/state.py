@@ -49,6 +49,8 @@ def text(snap: stating.Snapshot) -> str:
         parts.append("no agents\n")
     parts.append(_hosts(snap.hosts))
     parts += _notices(snap.notices)
+    if snap.tracks:  # the task graph's parallel tracks: each can be worked beside the others
+        parts.append("tracks:\n" + "".join(f"  {w}: {', '.join(t)}\n" for w, t in snap.tracks))
     return "\n".join(parts)
 
 

@@ -1,36 +1,125 @@
 """
 Usage:
-  mu task add <workstream> <title> [--brief <text>]
-  mu task list [--json]
+  mu task add <workstream> <title> [--impact <1-100>] [--effort <days>] [--blocked-by <task>]... [--brief <text>]
+  mu task block <task> --by <task>...
+  mu task unblock <task> --by <task>...
+  mu task next [<workstream>] [--json]
+  mu task tree <task> [--down]
+  mu task show <task> [--json]
+  mu task list [--status <s>]... [--json]
+  mu task claim <task> [--for <agent>]
+  mu task note <task> <text>
+  mu task close <task> --evidence <text>
+  mu task release <task> [--reopen]
+  mu task reject <task> [--cascade]
+  mu task defer <task> [--cascade]
 
 Options:
-  --brief <text>   What the agent that takes the task is to do.
-  --json           Print one JSON document on stdout and nothing else there.
+  --impact <1-100>      How much the task is worth (default 50).
+  --effort <days>       How long it takes, in days (default 1).
+  --blocked-by <task>   A task this one waits on (repeat for more).
+  --brief <text>        What the agent that takes the task is to do.
+  --by <task>           The task that blocks it (repeat for more).
+  --down                Show what the task blocks rather than what blocks it.
+  --status <s>          Only tasks of this status (repeat for more).
+  --for <agent>         The agent that claims it (default: $MU_AGENT).
+  --evidence <text>     What proves it done: commits, a test command and its result.
+  --reopen              Open a closed, rejected or deferred task again.
+  --cascade             Reject (defer) the open tasks that depend on it too.
+  --json                Print one JSON document on stdout and nothing else there.
+
+A status is open, in-progress, closed, rejected or deferred; only closed
+unblocks.  Inside an agent's pane, MU_AGENT names the agent: a bare `mu task claim`
+claims for it, and every change is recorded as its.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from mu import api
 from mu.cli.output import emit, emit_json, iso_ms, table
 from mu.errors import UsageError
 
 
+def _value(task: api.Task) -> str:
+    return f"{task.value:g}"
+
+
+def _rows(found: List[api.Task]) -> None:
+    table([[t.id, t.workstream, t.status, t.claimed_by or "-", _value(t), ",".join(t.waiting_on) or "-", t.title]
+           for t in found], ["ID", "WORKSTREAM", "STATUS", "CLAIMED BY", "VALUE", "WAITING ON", "TITLE"])
+
+
+def _story(story: api.TaskStory) -> None:
+    t = story.task
+    emit(f"{t.id}: {t.title}")
+    emit(f"  workstream {t.workstream}, {t.status}" + (f", claimed by {t.claimed_by}" if t.claimed_by else "")
+         + f", impact {'-' if t.impact is None else t.impact}, effort {'-' if t.effort is None else f'{t.effort:g}'}"
+         + f" day(s), value {_value(t)}")
+    if t.blocked_by:
+        emit("  blocked by " + ", ".join(t.blocked_by) + (f" (waiting on {', '.join(t.waiting_on)})"
+                                                          if t.waiting_on else " (all closed)"))
+    if t.blocks:
+        emit("  blocks " + ", ".join(t.blocks))
+    if t.brief:
+        emit("  brief: " + t.brief)
+    if t.evidence:
+        emit("  evidence: " + t.evidence)
+    for e in story.events:
+        emit(f"  {iso_ms(e.at)}  {e.who}  {e.kind}" + (f": {e.text}" if e.text else ""))
+
+
 def run(args: Dict[str, Any]) -> int:
+    task = args["<task>"]
     if args["add"]:
-        task = api.task_add(args["<workstream>"], args["<title>"], args["--brief"])
-        emit(task.id)
+        made = api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
+                            impact=args["--impact"], effort=args["--effort"], blocked_by=args["--blocked-by"] or [])
+        emit(made.id)
         return 0
-    if args["list"]:
-        found = api.task_list()
+    if args["block"] or args["unblock"]:
+        verb = api.task_block if args["block"] else api.task_unblock
+        after = verb(task, args["--by"])
+        emit(f"{after.id} is blocked by " + (", ".join(after.blocked_by) or "nothing"))
+        return 0
+    if args["next"] or args["list"]:
+        found = api.task_next(args["<workstream>"]) if args["next"] else api.task_list(args["--status"] or [])
         if args["--json"]:
             emit_json([t.as_json() for t in found])
-            return 0
-        if not found:
-            emit("no tasks")
-            return 0
-        table([[t.id, t.workstream, t.claimed_by or "-", iso_ms(t.created_at), t.title] for t in found],
-              ["ID", "WORKSTREAM", "CLAIMED BY", "ADDED", "TITLE"])
+        elif not found:
+            emit("no ready tasks" if args["next"] else "no tasks")
+        else:
+            _rows(found)
+        return 0
+    if args["tree"]:
+        for node in api.task_tree(task, down=bool(args["--down"])):
+            t = node.task
+            emit("  " * node.depth + f"{t.id} [{t.status}" + (f", {t.claimed_by}" if t.claimed_by else "")
+                 + f"] {t.title}")
+        return 0
+    if args["show"]:
+        story = api.task_show(task)
+        if args["--json"]:
+            emit_json(story.as_json())
+        else:
+            _story(story)
+        return 0
+    if args["claim"]:
+        result = api.task_claim(task, args["--for"])
+        emit(f"{result.task.id} is claimed by {result.task.claimed_by}" + ("" if result.claimed else " (already)"))
+        return 0
+    if args["note"]:
+        api.task_note(task, args["<text>"])
+        return 0
+    if args["close"]:
+        emit(f"{api.task_close(task, args['--evidence']).id} is closed")
+        return 0
+    if args["release"]:
+        emit(f"{api.task_release(task, reopen=bool(args['--reopen'])).id} is open")
+        return 0
+    if args["reject"] or args["defer"]:
+        verb = api.task_reject if args["reject"] else api.task_defer
+        shelved = verb(task, cascade=bool(args["--cascade"]))
+        emit(f"{shelved.status}: " + ", ".join(shelved.changed))
         return 0
     raise UsageError("no such `mu task` verb")

@@ -1,14 +1,19 @@
 """
 Usage:
-  mu wait [<agent>...] [--after <runs>] [--timeout <s>] [--json]
+  mu wait [<agent>...] [--task <task>]... [--all] [--after <runs>] [--timeout <s>] [--json]
 
 Waits for the first event among the agents (every live agent when none is
 named) and prints it: settled (a turn past the cursor settled), dead (its
 job ended or was lost), restarted (its channel restarted) or deadline (its
-host reached its deadline margin: exit 7).
+host reached its deadline margin: exit 7).  A task's events: closed,
+reaped (its agent's job ended, or the agent closed: the task is open
+again), rejected, deferred; one that came after the task's last claim
+counts even when it came before the wait started.
 
 Options:
   --after <runs>   Wait for a turn past this many runs Without it: the baseline of the agent's last delivery, else its runs now.
+  --task <task>    Wait for this task's event too (repeat for more).
+  --all            Wait for an event of every named agent and task, each printed as it comes.
   --timeout <s>    Give up after this many seconds: exit 124.
   --json           Print one JSON document on stdout (agent, event, observation) and nothing else there.
 """
@@ -36,7 +41,15 @@ def run(args: Dict[str, Any]) -> int:
             _show(result)
         sys.stdout.flush()
 
-    result = api.wait(args["<agent>"], after, timeout, report)
+    tasks = args["--task"] or []
+    if args["--all"]:
+        if as_json:  # one document: every event, once they have all come
+            seen = api.wait_all(args["<agent>"], tasks, after, timeout)
+            emit_json([r.as_json() for r in seen])
+        else:
+            seen = api.wait_all(args["<agent>"], tasks, after, timeout, report)
+        return max(r.exit_code for r in seen)
+    result = api.wait(args["<agent>"], after, timeout, report, tasks=tasks)
     return result.exit_code
 
 
@@ -62,7 +75,10 @@ def _timeout(text: Optional[str]) -> Optional[float]:
 
 def _show(result: api.WaitResult) -> None:
     detail = result.detail
-    if result.event == "settled":
+    if result.task is not None:
+        who = f" by {detail.get('who')}" if result.event != "reaped" else ""
+        emit(f"task {result.task} {result.event}{who}" + (f": {detail['text']}" if detail.get("text") else ""))
+    elif result.event == "settled":
         seen = result.observation or {}
         emit(f"{result.agent} settled: {seen.get('status')}, runs {seen.get('runs')}, incarnation {seen.get('incarnation')}")
         if seen.get("lastError"):

@@ -18,7 +18,10 @@ Points: `request-written` (a plugin request is on the wire, its reply not
 yet read; the subject is the method); `plugin-forked` (a plugin's process
 exists, mu does not track it yet; the subject is the plugin's name);
 `delivery-claimed` (a resolution has claimed an earlier delivery's intent
-and asked nothing yet; the subject is the delivery's method).
+and asked nothing yet; the subject is the delivery's method);
+`task-written` (a `mu task` verb's writes are made, not yet committed; the
+subject is the verb: add, block, unblock, claim, note, close, release,
+reject, defer).
 """
 
 from __future__ import annotations

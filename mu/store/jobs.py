@@ -69,6 +69,9 @@ def set_state(conn: sqlite3.Connection, token: str, state: str) -> None:
 
 
 def delete(conn: sqlite3.Connection, token: str) -> None:
+    from mu.store import tasks  # here, not at the top: a read that imports this module needs no task rows
+
+    tasks.reap_job(conn, token, "its job is gone")  # the reaper: its tasks are open again, in this transaction
     conn.execute("DELETE FROM jobs WHERE token = ?", (token,))
 
 
@@ -103,6 +106,9 @@ def record_ended(conn: sqlite3.Connection, token: str, why: str) -> None:
     """The job is proven gone (its stop answered, or its host is lost) but
     its records stay, for the agent's reads and its close: `stopped`, and why."""
     conn.execute("UPDATE jobs SET state = 'stopped', ended = ? WHERE token = ?", (why, token))
+    from mu.store import tasks  # here, not at the top: a read that imports this module needs no task rows
+
+    tasks.reap_job(conn, token, why)  # the reaper: its tasks are open again, in this transaction
 
 
 def started_on_host(conn: sqlite3.Connection, host: str) -> List[Job]:

@@ -217,6 +217,48 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE journal ADD COLUMN calls TEXT;
     """,
+    # 10: the task graph (DESIGN "The command line", `mu task`).  A task
+    # gains its value (impact 1-100 over effort in days), a status (open,
+    # in-progress, closed, rejected, deferred) and what closed it; edges say
+    # which task is blocked by which (within one workstream); every change
+    # is an event, with who made it (an agent's name or "user") and when,
+    # and the events' `seq` is the cursor `mu wait --task` reads from.  An
+    # agent may hold several tasks now: the one-task-an-agent index goes.
+    # A task recorded before keeps its id; its story starts with its add
+    # (and its claim: a task claimed before is in progress).
+    """
+    ALTER TABLE tasks ADD COLUMN impact INTEGER;          -- 1-100, or NULL: unrated
+    ALTER TABLE tasks ADD COLUMN effort REAL;             -- days, or NULL: unrated
+    ALTER TABLE tasks ADD COLUMN status TEXT NOT NULL DEFAULT 'open';
+    ALTER TABLE tasks ADD COLUMN evidence TEXT;           -- what proves it closed
+    ALTER TABLE tasks ADD COLUMN closed_by TEXT;          -- who closed, rejected or deferred it
+    ALTER TABLE tasks ADD COLUMN closed_at INTEGER;       -- epoch ms
+    UPDATE tasks SET status = 'in-progress' WHERE claimed_by IS NOT NULL;
+    DROP INDEX tasks_claim;
+    CREATE INDEX tasks_claimed ON tasks(claimed_by) WHERE claimed_by IS NOT NULL;
+
+    CREATE TABLE task_edges (
+        task     TEXT NOT NULL REFERENCES tasks(id),     -- blocked...
+        blocker  TEXT NOT NULL REFERENCES tasks(id),     -- ...by this one
+        PRIMARY KEY (task, blocker)
+    );
+    CREATE INDEX task_edges_blocker ON task_edges(blocker);
+
+    CREATE TABLE task_events (
+        seq   INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order of every change
+        task  TEXT NOT NULL REFERENCES tasks(id),
+        at    INTEGER NOT NULL,                   -- epoch ms
+        who   TEXT NOT NULL,                      -- <workstream>/<name>, or user
+        kind  TEXT NOT NULL,                      -- add, block, unblock, claim, note, close, release, reopen, reject, defer, reap
+        text  TEXT                                -- the note, the evidence, the edge, why
+    );
+    CREATE INDEX task_events_task ON task_events(task, seq);
+    INSERT INTO task_events (task, at, who, kind, text)
+        SELECT id, created_at, 'user', 'add', title FROM tasks ORDER BY created_at, rowid;
+    INSERT INTO task_events (task, at, who, kind, text)
+        SELECT id, created_at, claimed_by, 'claim', claimed_by FROM tasks
+        WHERE claimed_by IS NOT NULL ORDER BY created_at, rowid;
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
