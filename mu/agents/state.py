@@ -223,7 +223,7 @@ def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
     if agent is None:  # closed since the snapshot
         return _from_records(row, None)
     seen = readings.read(agent, clients, last_text=False)
-    reason = seen.job_status.get("reason") if seen.liveness != ALIVE else seen.turn.reason
+    reason = seen.job_status.get("reason") if seen.liveness != ALIVE else (seen.turn.reason or seen.turn.pending)
     return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, seen.liveness, seen.turn.state,
                       seen.turn.runs, seen.turn.incarnation, reason, _pane_alive(row.pane), bool(row.owes_collect))
 
