@@ -167,7 +167,7 @@ class Claude:
         argv += ["--resume", session] if resume else ["--session-id", session]
         try:
             self.proc = subprocess.Popen(argv + self.extra, cwd=self.cwd, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
@@ -236,6 +236,20 @@ class Claude:
             return any(os.path.exists(os.path.join(base, d, session + ".jsonl")) for d in os.listdir(base))
         except OSError:
             return False
+
+
+def _die_with_parent():
+    """In the harness's child, before its exec: on Linux, the kernel kills
+    it when the bridge dies, even by SIGKILL (a harness whose stdin closed
+    mid-turn keeps working until the turn ends, and a bridge started again
+    would then run a second one on the same session).  Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 # -- the bridge --------------------------------------------------------------------
