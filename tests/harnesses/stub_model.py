@@ -83,6 +83,8 @@ class StubModel:
                     stub.requests.append({"method": "POST", "path": self.path, "body": body, "at": time.time()})
                 if self.path.split("?")[0].rstrip("/").endswith("/messages") and isinstance(body, dict):
                     stub.answer(self, body)
+                elif self.path.split("?")[0].rstrip("/").endswith("/responses") and isinstance(body, dict):
+                    stub.respond(self, body)
                 elif self.path.split("?")[0].endswith("/count_tokens"):
                     self._json({"input_tokens": 10})
                 else:
@@ -150,6 +152,67 @@ class StubModel:
             return self._stream(handler, [("text", "STUB: slow done")], "end_turn", delay=SLOW_S)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._stream(handler, [("text", "STUB: " + first)], "end_turn")
+
+    def respond(self, handler: BaseHTTPRequestHandler, body: Dict[str, Any]) -> None:
+        """The OpenAI Responses API (Codex): the same script as `answer`."""
+        items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+        last = items[-1] if items else {}
+        users = [i for i in items if i.get("type", "message") == "message" and i.get("role") == "user"]
+        text = ""
+        if users:
+            parts = [c.get("text") or "" for c in users[-1].get("content") or []
+                     if isinstance(c, dict) and c.get("type") == "input_text"]
+            parts = [t for t in parts if not t.lstrip().startswith("<")]  # the context an agent adds
+            text = parts[-1] if parts else ""
+        if not body.get("tools"):
+            return self._respond(handler, "STUB: side answer")
+        if last.get("type") == "function_call_output":
+            return self._respond(handler, "STUB: tool done")
+        if "STUB_TOOL" in text:
+            return self._respond(handler, None, call=("exec_command", {"cmd": TOOL_COMMAND}))
+        if "STUB_SLOW" in text:
+            return self._respond(handler, "STUB: slow done", delay=SLOW_S)
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
+        return self._respond(handler, "STUB: " + first)
+
+    def _respond(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
+                 delay: Optional[float] = None) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        rid = "resp_stub_%d" % int(time.time() * 1e6)
+
+        def event(data: Dict[str, Any]) -> None:
+            handler.wfile.write(("event: %s\ndata: %s\n\n" % (data["type"], json.dumps(data))).encode())
+            handler.wfile.flush()
+
+        try:
+            event({"type": "response.created", "response": {"id": rid}})
+            if delay:
+                until = time.monotonic() + delay
+                while time.monotonic() < until and not self.stopping.is_set():
+                    handler.wfile.write(b": waiting\n\n")  # a hung-up agent shows as a failed write
+                    handler.wfile.flush()
+                    time.sleep(0.1)
+            if call is not None:
+                item = {"type": "function_call", "id": "fc_" + rid, "call_id": "call_" + rid, "name": call[0],
+                        "arguments": json.dumps(call[1])}
+                event({"type": "response.output_item.added", "output_index": 0, "item": item})
+                event({"type": "response.output_item.done", "output_index": 0, "item": item})
+            else:
+                item = {"type": "message", "role": "assistant", "id": "msg_" + rid, "content": []}
+                event({"type": "response.output_item.added", "output_index": 0, "item": item})
+                event({"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
+                       "content_index": 0, "delta": text})
+                done = dict(item, content=[{"type": "output_text", "text": text, "annotations": []}])
+                event({"type": "response.output_item.done", "output_index": 0, "item": done})
+            event({"type": "response.completed", "response": {"id": rid, "usage": {
+                "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}})
+        except OSError:
+            pass  # the agent hung up (an interrupt)
 
     def _stream(self, handler: BaseHTTPRequestHandler, blocks: list, stop_reason: str,
                 delay: Optional[float] = None) -> None:
