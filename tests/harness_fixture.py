@@ -70,3 +70,27 @@ def claude_env(stub_model, monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     return stub_model
+
+
+@pytest.fixture
+def codex_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs Codex in: its CODEX_HOME names the
+    stub as its model provider, with no retries."""
+    program = harness_program("codex")
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "stub-model"\nmodel_provider = "stub"\n\n[model_providers.stub]\nname = "stub"\n'
+        f'base_url = "{stub_model.url}/v1"\nenv_key = "STUB_MODEL_KEY"\nwire_api = "responses"\n'
+        "request_max_retries = 0\nstream_max_retries = 0\n")
+    for name, value in {
+        "MU_HARNESS_CODEX": str(program),
+        "CODEX_HOME": str(home),
+        "STUB_MODEL_KEY": "sk-stub-not-a-key",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stub_model

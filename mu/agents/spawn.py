@@ -94,6 +94,7 @@ HARNESSES: Dict[str, Optional[str]] = {
     # mu-bridge (mu.harness.bridge) runs the harness in its structured mode
     # behind the turn files; its program: mu.agents.harnesses.program
     "claude": "mu-bridge claude",
+    "codex": "mu-bridge codex",
 }
 
 

@@ -56,9 +56,9 @@ import time
 import uuid
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
-USAGE = ("usage: mu-bridge claude [--dir <folder>] [--program <command line>] [--poll <seconds>]"
+USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>]"
          " [-- <extra args>]")
-HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude")}
+HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex")}
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
 RESTARTS = 3  # restarts of a harness that keeps exiting, before the bridge gives up
@@ -143,14 +143,23 @@ def taken_name(msg_id):
     return "sha256-" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-# -- Claude Code in stream-json ----------------------------------------------------
+# -- the harnesses ---------------------------------------------------------------
+#
+# Each harness is a child process in its structured mode, read by a thread
+# that turns its output into the bridge's own events on `events`, as
+# (process, event) pairs:
+#
+#   ("ready", session)            it can take a message; session: its id
+#   ("failed", why)               its start (or resume) failed
+#   ("text", text)                the agent said something
+#   ("tool", name, input)         the agent runs a tool
+#   ("ask", request, tool, input) it asks a permission (or a question)
+#   ("done", key, text)           the message `key` is done with; text: the turn's result
+#   ("exit", code)                the process ended
 
 
-class Claude:
-    """One `claude -p` stream-json process.  Its events (JSON objects, one a
-    line) go to `events`; a None there says it exited."""
-
-    name = "claude"
+class Harness:
+    name = ""
 
     def __init__(self, program, extra, cwd, events):
         self.program = program
@@ -161,30 +170,27 @@ class Claude:
         self.stderr_tail = []
         self.lock = threading.Lock()
 
-    def start(self, session, resume):
-        argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
-                               "--permission-prompt-tool", "stdio"]
-        argv += ["--resume", session] if resume else ["--session-id", session]
+    def spawn(self, argv):
         try:
-            self.proc = subprocess.Popen(argv + self.extra, cwd=self.cwd, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
         threading.Thread(target=self._read, args=(proc,), daemon=True).start()
         threading.Thread(target=self._errors, args=(proc,), daemon=True).start()
-        self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
 
     def _read(self, proc):
         for raw in proc.stdout:
             try:
-                event = json.loads(raw.decode("utf-8", "replace"))
+                message = json.loads(raw.decode("utf-8", "replace"))
             except ValueError:
                 continue
-            if isinstance(event, dict):
-                self.events.put((proc, event))
+            if isinstance(message, dict):
+                for event in self.translate(message):
+                    self.events.put((proc, event))
         proc.wait()
-        self.events.put((proc, None))
+        self.events.put((proc, ("exit", proc.returncode)))
 
     def _errors(self, proc):
         for raw in proc.stderr:
@@ -197,22 +203,6 @@ class Claude:
                 self.proc.stdin.flush()
             except (OSError, ValueError, AttributeError):
                 pass  # it exited: its end comes as an event
-
-    def user(self, msg_id, text):
-        self.write({"type": "user", "uuid": message_uuid(msg_id), "session_id": "", "parent_tool_use_id": None,
-                    "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
-
-    def interrupt(self):
-        self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),
-                    "request": {"subtype": "interrupt"}})
-
-    def permit(self, request_id, allow, tool_input, reply):
-        if allow:
-            decision = {"behavior": "allow", "updatedInput": tool_input}
-        else:
-            decision = {"behavior": "deny", "message": reply or "The user denied this."}
-        self.write({"type": "control_response",
-                    "response": {"subtype": "success", "request_id": request_id, "response": decision}})
 
     def stop(self):
         proc = self.proc
@@ -229,25 +219,233 @@ class Claude:
             proc.kill()
             proc.wait()
 
-    def transcript_has(self, session):
-        """Whether Claude keeps a transcript of `session` (so --resume works)."""
+
+class Claude(Harness):
+    """`claude -p` in stream-json: the session id is the bridge's choice, a
+    message's uuid is its key, `command_lifecycle` says when it is done."""
+
+    name = "claude"
+
+    def start(self, session, resume):
+        self.session = session or str(uuid.uuid4())
+        self.last_text = None
+        argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+                               "--permission-prompt-tool", "stdio"]
+        argv += ["--resume", self.session] if resume else ["--session-id", self.session]
+        self.spawn(argv + self.extra)
+        self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
+
+    def translate(self, event):
+        kind = event.get("type")
+        if kind == "control_response" and (event.get("response") or {}).get("request_id") == "mu-init":
+            return [("ready", self.session)]
+        if kind == "assistant":
+            found = []
+            for block in (event.get("message") or {}).get("content") or []:
+                if block.get("type") == "text" and block.get("text"):
+                    found.append(("text", block["text"]))
+                elif block.get("type") == "tool_use":
+                    found.append(("tool", block.get("name"), block.get("input")))
+            return found
+        if kind == "result" and isinstance(event.get("result"), str):
+            self.last_text = event["result"]
+        if kind == "command_lifecycle" and event.get("state") in ("completed", "cancelled"):
+            text, self.last_text = self.last_text, None
+            return [("done", event.get("command_uuid"), text)]
+        if kind == "control_request":
+            request = event.get("request") or {}
+            if request.get("subtype") == "can_use_tool":
+                return [("ask", event.get("request_id"), request.get("tool_name") or "a tool",
+                         request.get("input") or {})]
+        return []
+
+    def user(self, key, text, steer=False):
+        # a message given during a turn is queued by Claude: a steer is a follow-up there
+        self.write({"type": "user", "uuid": key, "session_id": "", "parent_tool_use_id": None,
+                    "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+
+    def interrupt(self):
+        self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),
+                    "request": {"subtype": "interrupt"}})
+
+    def permit(self, request_id, allow, tool_input, reply):
+        if allow:
+            decision = {"behavior": "allow", "updatedInput": tool_input}
+        else:
+            decision = {"behavior": "deny", "message": reply or "The user denied this."}
+        self.write({"type": "control_response",
+                    "response": {"subtype": "success", "request_id": request_id, "response": decision}})
+
+    def _transcripts(self, session):
         base = os.path.join(os.path.expanduser("~"), ".claude", "projects")
         try:
-            return any(os.path.exists(os.path.join(base, d, session + ".jsonl")) for d in os.listdir(base))
+            return [p for p in (os.path.join(base, d, session + ".jsonl") for d in os.listdir(base))
+                    if os.path.exists(p)]
         except OSError:
-            return False
+            return []
+
+    def resumable(self, session):
+        """Whether Claude keeps a transcript of `session` (so --resume works)."""
+        return bool(self._transcripts(session))
+
+    def delivered(self, session, key):
+        """Whether the session's transcript holds the message's uuid (Claude
+        writes it verbatim): the receipt that survives a crash."""
+        return any(_file_holds(path, key) for path in self._transcripts(session))
+
+
+class Codex(Harness):
+    """`codex app-server` (JSON-RPC 2.0 over stdio): the session is a thread
+    (its id is Codex's), a message's key is its `clientUserMessageId`, and
+    `turn/completed` ends every message the turn held."""
+
+    name = "codex"
+    APPROVAL, SANDBOX = "untrusted", "danger-full-access"  # full access, every command asked first
+
+    def start(self, session, resume):
+        self.thread = session if resume else None
+        self.turn = None  # the Codex turn under way
+        self.keys = {}  # a Codex turn's id -> the keys it holds
+        self.held = []  # turns to start once the one under way completed
+        self.texts = {}
+        self.steers = {}
+        self.spawn(self.program + ["app-server"] + self.extra)
+        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"}})
+
+    def call(self, rid, method, params):
+        self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+    def translate(self, message):
+        rid, method, params = message.get("id"), message.get("method"), message.get("params") or {}
+        if method is None:  # a response to one of ours
+            return self._answered(rid, message)
+        if rid is not None:  # a request of the server's: an approval or a question
+            tool = "shell" if "commandExecution" in method else "edit" if "fileChange" in method else "question"
+            shown = {"command": params["command"]} if isinstance(params.get("command"), str) else params
+            return [("ask", rid, tool, shown)]
+        if method == "turn/started":
+            self.turn = (params.get("turn") or {}).get("id")
+        elif method == "item/started":
+            item = params.get("item") or {}
+            if item.get("type") == "userMessage" and item.get("clientId"):
+                keys = self.keys.setdefault(params.get("turnId"), [])
+                if item["clientId"] not in keys:
+                    keys.append(item["clientId"])
+            elif item.get("type") == "commandExecution":
+                return [("tool", "shell", {"command": item.get("command")})]
+        elif method == "item/completed":
+            item = params.get("item") or {}
+            if item.get("type") == "agentMessage" and item.get("text"):
+                self.texts[params.get("turnId")] = item["text"]
+                return [("text", item["text"])]
+        elif method == "turn/completed":
+            turn = params.get("turn") or {}
+            done = turn.get("id")
+            text = self.texts.pop(done, None)
+            if turn.get("status") == "failed" and text is None:
+                text = "Turn failed: %s" % _brief(turn.get("error"))
+            found = [("done", key, text) for key in self.keys.pop(done, [])]
+            if self.turn == done:
+                self.turn = None
+            if self.held and self.turn is None:
+                key, text = self.held.pop(0)
+                self._start_turn(key, text)
+            return found
+        return []
+
+    def _answered(self, rid, message):
+        result, error = message.get("result"), message.get("error")
+        if rid == "mu-init":
+            self.write({"jsonrpc": "2.0", "method": "initialized"})
+            if self.thread:
+                self.call("mu-thread", "thread/resume", {"threadId": self.thread})
+            else:
+                self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
+                                                        "sandbox": self.SANDBOX})
+            return []
+        if rid == "mu-thread":
+            thread = ((result or {}).get("thread") or {}).get("id")
+            if error is not None or not thread:
+                return [("failed", "its thread could not start: %s" % _brief(error))]
+            self.thread = thread
+            return [("ready", thread)]
+        if isinstance(rid, str) and rid.startswith("mu-turn-"):
+            key = rid[len("mu-turn-"):]
+            turn = ((result or {}).get("turn") or {}).get("id")
+            if turn:
+                self.turn = self.turn or turn
+                keys = self.keys.setdefault(turn, [])
+                if key not in keys:
+                    keys.append(key)
+            elif error is not None:
+                return [("done", key, "Turn failed: %s" % _brief(error))]
+        if isinstance(rid, str) and rid.startswith("mu-steer-") and error is not None:
+            # the turn ended before the steer reached it: it is a turn of its own
+            key = rid[len("mu-steer-"):]
+            self._start_turn(key, self.steers.pop(key, ""))
+        return []
+
+    def _start_turn(self, key, text):
+        self.call("mu-turn-" + key, "turn/start", {"threadId": self.thread, "clientUserMessageId": key,
+                                                     "input": [{"type": "text", "text": text}]})
+
+    def user(self, key, text, steer=False):
+        if self.turn is None:
+            self._start_turn(key, text)
+        elif steer:
+            self.steers[key] = text
+            self.keys.setdefault(self.turn, []).append(key)
+            self.call("mu-steer-" + key, "turn/steer", {"threadId": self.thread, "expectedTurnId": self.turn,
+                                                          "clientUserMessageId": key,
+                                                          "input": [{"type": "text", "text": text}]})
+        else:
+            self.held.append((key, text))  # after the turn under way (an interrupt's own turn)
+
+    def interrupt(self):
+        if self.turn is not None:
+            self.call("mu-int-%d" % now_ms(), "turn/interrupt", {"threadId": self.thread, "turnId": self.turn})
+
+    def permit(self, request_id, allow, tool_input, reply):
+        self.write({"jsonrpc": "2.0", "id": request_id, "result": {"decision": "accept" if allow else "decline"}})
+
+    def _rollouts(self, thread):
+        base = os.path.join(os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex"),
+                            "sessions")
+        found = []
+        for folder, _dirs, files in os.walk(base):
+            found += [os.path.join(folder, f) for f in files if f.endswith(thread + ".jsonl")]
+        return found
+
+    def resumable(self, thread):
+        return bool(self._rollouts(thread))
+
+    def delivered(self, thread, key):
+        """Whether the thread's rollout holds the message's clientUserMessageId."""
+        return any(_file_holds(path, key) for path in self._rollouts(thread))
+
+
+HARNESSES = {"claude": Claude, "codex": Codex}
+
+
+def _file_holds(path, text):
+    try:
+        with open(path, "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False
 
 
 def _die_with_parent():
-    """In the harness's child, before its exec: on Linux, the kernel kills
-    it when the bridge dies, even by SIGKILL (a harness whose stdin closed
-    mid-turn keeps working until the turn ends, and a bridge started again
-    would then run a second one on the same session).  Elsewhere, nothing."""
+    """In the harness's child, before its exec: on Linux, the kernel sends
+    it SIGTERM when the bridge dies, even by SIGKILL (a harness whose stdin
+    closed mid-turn keeps working until the turn ends, and a bridge started
+    again would then run a second one on the same session; SIGTERM, not
+    SIGKILL, so that it saves its transcript first).  Elsewhere, nothing."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: it may still save its session
     except (OSError, AttributeError):
         pass
 
@@ -269,8 +467,7 @@ class Bridge:
         self.turn_path = os.path.join(folder, "turn.json")
         self.stopping = None
         self.record = None
-        self.ready = False
-        self.last_text = None  # the text of the last `result` in the turn under way
+        self.last_text = None  # the harness's result for the turn under way
         self.request = None  # the pending permission request: (request_id, input)
         self.restarts = 0
 
@@ -280,33 +477,38 @@ class Bridge:
         for path in (self.folder, self.inbox, self.taken, self.turns):
             os.makedirs(path, mode=0o700, exist_ok=True)
         record = read_json(self.turn_path)
-        fresh_record = record is None
         if record is None:
             record = {"state": "idle", "since": now_ms(), "runs": 0, "incarnation": 1, "lastText": None,
                       "settledAt": None, "turn": None, "session": None}
         self.record = record
         self.put_right()
         session = record.get("session")
-        resume = bool(session) and self.harness.transcript_has(session)
-        if not resume:
-            session = str(uuid.uuid4())
-            if not fresh_record and record.get("session"):
-                self.new_incarnation("its session %s could not be resumed" % record["session"])
-        record["session"] = session
+        resume = bool(session) and record.get("harness") == self.harness.name and self.harness.resumable(session)
+        if session and not resume:
+            self.restart_elsewhere("its session %s could not be resumed" % session)
         record["harness"] = self.harness.name
-        self.launch(session, resume)
+        try:
+            self.launch(session if resume else None, resume)
+        except BridgeError as exc:
+            if not resume:
+                raise
+            say("mu-bridge: %s; starting a new session" % exc)
+            self.restart_elsewhere("its session %s could not be resumed" % session)
+            resume = False
+            self.launch(None, False)
         turn = record.get("turn")
         if turn is not None:
             # the bridge restarted mid-turn: the harness got the message (its
-            # transcript keeps the uuid) or it did not (give it again)
+            # transcript keeps the key) or it did not (give it again)
             self.resume_turn(turn, resume)
         record["pid"] = os.getpid()
         self.save()  # the turn record exists only once the harness can take a message
         say("mu-bridge: %s ready in %s (session %s, incarnation %d, %d turns settled)" % (
-            self.harness.name, self.workdir, session, record["incarnation"], record["runs"]))
+            self.harness.name, self.workdir, record["session"], record["incarnation"], record["runs"]))
 
     def launch(self, session, resume):
-        """Start the harness and wait for its answer to `initialize`."""
+        """Start the harness (resuming `session`, or a new one) and wait
+        until it can take a message; the record names its session."""
         self.harness.start(session, resume)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline and self.stopping is None:
@@ -316,38 +518,36 @@ class Bridge:
                 continue
             if proc is not self.harness.proc:
                 continue
-            if event is None:
+            if event[0] == "exit":
                 raise BridgeError("%s exited at its start: %s" % (
                     self.harness.name, " | ".join(self.harness.stderr_tail) or "no message"))
-            if event.get("type") == "control_response" and \
-                    (event.get("response") or {}).get("request_id") == "mu-init":
-                self.ready = True
+            if event[0] == "failed":
+                self.harness.stop()
+                raise BridgeError("%s: %s" % (self.harness.name, event[1]))
+            if event[0] == "ready":
+                self.record["session"] = event[1]
                 return
+        self.harness.stop()
         raise BridgeError("%s did not answer its start within %d s" % (self.harness.name, START_TIMEOUT_S))
 
     def resume_turn(self, turn, resumed):
-        if resumed and all(self.delivered(m) for m in turn["msgIds"]):
+        session = self.record["session"]
+        if resumed and all(self.harness.delivered(session, message_uuid(m)) for m in turn["msgIds"][:1]):
             self.settle(turn, error="the bridge restarted during the turn")
             return
         say("mu-bridge: turn %d.%d is given again after a restart" % (self.record["incarnation"], turn["n"]))
+        turn["open"] = [message_uuid(turn["msgIds"][0])]
         self.give(turn["msgIds"][0], turn["text"])
 
-    def delivered(self, msg_id):
-        """Whether the harness's transcript holds the message's uuid (Claude
-        writes it verbatim): the receipt that survives a crash."""
-        session = self.record.get("session")
-        base = os.path.join(os.path.expanduser("~"), ".claude", "projects")
-        wanted = message_uuid(msg_id).encode()
-        try:
-            for d in os.listdir(base):
-                path = os.path.join(base, d, "%s.jsonl" % session)
-                if os.path.exists(path):
-                    with open(path, "rb") as f:
-                        if wanted in f.read():
-                            return True
-        except OSError:
-            pass
-        return False
+    def restart_elsewhere(self, why):
+        """A new incarnation because the session is lost; a turn under way
+        is kept, as the new incarnation's first, and given again."""
+        kept = self.record.get("turn")
+        self.new_incarnation(why)
+        if kept is not None:
+            kept["n"] = 1
+            self.record["turn"] = kept
+            self.go_busy()
 
     def new_incarnation(self, why):
         record = self.record
@@ -423,8 +623,9 @@ class Bridge:
         if kind == "steer" and turn is not None:
             turn["steers"].append(text)
             turn["msgIds"].append(message["msgId"])
+            turn["open"].append(message_uuid(message["msgId"]))
             taken["effect"] = "joined turn %d" % turn["n"]
-            after = ("user", message["msgId"], text)
+            after = ("steer", message["msgId"], text)
         elif kind == "answer":
             if turn is not None and before == "blocked" and self.request is not None:
                 turn["answers"].append(_keys(message))
@@ -449,9 +650,9 @@ class Bridge:
         else:
             if kind == "fresh":
                 self.harness.stop()
+                self.drain()
                 self.new_incarnation("fresh")
-                record["session"] = str(uuid.uuid4())
-                self.launch(record["session"], False)
+                self.launch(None, False)
             self.new_turn(message, kind, text)
             taken["effect"] = "began turn %d" % record["turn"]["n"]
             after = ("user", message["msgId"], record["turn"]["text"])
@@ -464,8 +665,8 @@ class Bridge:
         self.unlink(name)
         if after is None:
             return
-        if after[0] == "user":
-            self.give(after[1], after[2])
+        if after[0] in ("user", "steer"):
+            self.give(after[1], after[2], steer=after[0] == "steer")
         elif after[0] == "answer":
             (request_id, tool_input), keys = after[1], after[2]
             allow = keys[0].lower() in ALLOW_KEYS
@@ -474,22 +675,21 @@ class Bridge:
             say("  answered: %s" % ("allow" if allow else reply or "deny"))
         else:
             self.harness.interrupt()
-            self.last_text = None
             if after[0] == "interrupt-then":
                 self.give(after[1], after[2])
 
-    def give(self, msg_id, text):
-        self.last_text = None
-        self.harness.user(msg_id, text)
+    def give(self, msg_id, text, steer=False):
+        self.harness.user(message_uuid(msg_id), text, steer)
 
     def new_turn(self, message, kind, text):
         if kind == "command":
             name = message.get("name") if isinstance(message.get("name"), str) else "command"
             instructions = message.get("instructions") if isinstance(message.get("instructions"), str) else ""
             text = ("/%s %s" % (name, instructions)).strip()
+        # open: the keys of the messages the harness is not done with
         self.record["turn"] = {"n": self.record["runs"] + 1, "kind": kind, "msgIds": [message["msgId"]],
-                               "uuids": [message_uuid(message["msgId"])], "text": text, "steers": [],
-                               "answers": [], "startedAt": now_ms(), "open": [message_uuid(message["msgId"])]}
+                               "text": text, "steers": [], "answers": [], "startedAt": now_ms(),
+                               "open": [message_uuid(message["msgId"])]}
         self.go_busy()
 
     def go_busy(self):
@@ -499,48 +699,50 @@ class Bridge:
     # -- the harness's events --------------------------------------------------------
 
     def on_event(self, event):
-        if event is None:
-            self.harness_exited()
-            return
-        kind = event.get("type")
+        kind = event[0]
         turn = self.record.get("turn")
-        if kind == "assistant":
-            for block in (event.get("message") or {}).get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
-                    say("  %s: %s" % (self.harness.name, block["text"]))
-                elif block.get("type") == "tool_use":
-                    say("  tool %s: %s" % (block.get("name"), _brief(block.get("input"))))
-        elif kind == "result":
-            if isinstance(event.get("result"), str):
-                self.last_text = event["result"]
-        elif kind == "command_lifecycle":
-            mine = event.get("command_uuid")
-            if turn is not None and mine in turn.get("open", []) and event.get("state") in ("completed", "cancelled"):
-                turn["open"].remove(mine)
+        if kind == "exit":
+            self.harness_exited(event[1])
+        elif kind == "text":
+            say("  %s: %s" % (self.harness.name, event[1]))
+        elif kind == "tool":
+            say("  tool %s: %s" % (event[1], _brief(event[2])))
+        elif kind == "done":
+            if turn is not None and event[1] in turn["open"]:
+                turn["open"].remove(event[1])
+                if event[2] is not None:
+                    self.last_text = event[2]
                 if not turn["open"]:
                     self.settle(turn, text=self.last_text)
-        elif kind == "control_request":
-            request = event.get("request") or {}
-            if request.get("subtype") == "can_use_tool" and turn is not None:
-                self.block(event.get("request_id"), request)
-            elif request.get("subtype") == "can_use_tool":
-                self.harness.permit(event.get("request_id"), False, None, "No turn is under way.")
+        elif kind == "ask":
+            if turn is None:
+                self.harness.permit(event[1], False, None, "No turn is under way.")
+            else:
+                self.block(event[1], event[2], event[3])
 
-    def block(self, request_id, request):
-        tool = request.get("tool_name") or "a tool"
-        question = "%s wants to %s" % (tool, _brief(request.get("input"), 300))
-        if tool == "AskUserQuestion":
-            question = "%s asks: %s" % (self.harness.name, _brief(request.get("input"), 300))
+    def block(self, request_id, tool, tool_input):
+        if tool in ("AskUserQuestion", "question"):
+            question = "%s asks: %s" % (self.harness.name, _brief(tool_input, 300))
+            keys = "<your answer>"
+        else:
+            question = "%s wants to %s" % (tool, _brief(tool_input, 300))
+            keys = "allow | deny"
         target = self.agent_name or "<agent>"
-        keys = "allow | deny" if tool != "AskUserQuestion" else "<your answer>"
-        self.request = (request_id, request.get("input") or {})
+        self.request = (request_id, tool_input)
         self.record.update(state="blocked", since=now_ms(),
                            pending="%s (mu answer %s %s)" % (question, target, keys))
         self.save()
         say("  ? %s\n    answer with: mu answer %s %s" % (question, target, keys))
 
-    def harness_exited(self):
-        code = self.harness.proc.returncode if self.harness.proc else None
+    def drain(self):
+        """Forget the events of a harness that was ended on purpose."""
+        while True:
+            try:
+                self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def harness_exited(self, code):
         say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
         self.request = None
         turn = self.record.get("turn")
@@ -551,12 +753,11 @@ class Bridge:
             raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
         session = self.record["session"]
         try:
-            self.launch(session, self.harness.transcript_has(session))
+            self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
             self.new_incarnation("the session could not be resumed")
-            self.record["session"] = str(uuid.uuid4())
-            self.launch(self.record["session"], False)
+            self.launch(None, False)
         self.save()
 
     # -- the settle ------------------------------------------------------------------
@@ -568,6 +769,7 @@ class Bridge:
         record.update(state="idle", since=at, settledAt=at, turn=None)
         record.pop("pending", None)
         self.request = None
+        self.last_text = None
         record["lastText"] = text if text is not None else "Turn %d %s." % (turn["n"], error or "settled")
         if error:
             record["lastError"] = error
@@ -668,8 +870,8 @@ def main(argv=None):
     if not command:
         sys.stderr.write("mu-bridge: the %s program %r is not a command line\n" % (harness, program))
         return 2
-    claude = Claude(command, extra, os.getcwd(), queue.Queue())
-    bridge = Bridge(os.path.abspath(folder), os.getcwd(), claude, os.environ.get("MU_AGENT", ""), poll)
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue())
+    bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
 
     def stop(signum, _frame):
         bridge.stopping = signum
@@ -681,10 +883,10 @@ def main(argv=None):
         return bridge.run()
     except BridgeError as exc:
         sys.stderr.write("mu-bridge: %s\n" % exc)
-        claude.stop()
+        agent.stop()
         return 1
     except OSError as exc:
-        claude.stop()
+        agent.stop()
         if not os.path.isdir(bridge.inbox):
             return 0
         sys.stderr.write("mu-bridge: %s\n" % exc)

@@ -134,6 +134,16 @@ class StubModel:
                     return True
         return False
 
+    def seen_responses(self, word: str) -> bool:
+        """Whether any Responses API request (Codex) held `word` in a user message."""
+        with self.lock:
+            bodies = [r["body"] for r in self.requests if r["path"].split("?")[0].endswith("/responses")]
+        for body in bodies:
+            for item in body.get("input") or []:
+                if isinstance(item, dict) and item.get("role") == "user" and word in json.dumps(item):
+                    return True
+        return False
+
     # -- the answers --------------------------------------------------------------
 
     def answer(self, handler: BaseHTTPRequestHandler, body: Dict[str, Any]) -> None:
