@@ -1,6 +1,6 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge claude [--dir <folder>] [--program <command line>] [--poll <seconds>] [-- <extra args>]
+Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>] [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
 structured mode as its child, takes deliveries from the job folder's
@@ -12,16 +12,20 @@ pending question with the `mu answer` that resolves it, each settle.
 
 Claude Code runs as `claude -p --input-format stream-json --output-format
 stream-json --verbose --permission-prompt-tool stdio --session-id <id>`
-(`--resume <id>` once the session has a transcript).  Its program is
---program, else $MU_HARNESS_CLAUDE, else `claude` on PATH; a command line
-(split as sh would split it), so it can carry flags of its own.
+(`--resume <id>` once the session has a transcript); Codex as `codex
+app-server` (JSON-RPC: a thread, a turn per message).  The program is
+--program, else $MU_HARNESS_CLAUDE or $MU_HARNESS_CODEX, else `claude` or
+`codex` on PATH; a command line (split as sh would split it), so it can
+carry flags of its own.  Extra args after `--` follow the harness's own.
 
 What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
 
-- turn.json appears only once the harness answered its `initialize`
-  control request: a job whose turn record exists can take a message.
-- A message is given to the harness with a uuid derived from its msgId
-  (uuid5), which Claude keeps in its session transcript.
+- turn.json appears only once the harness can take a message (Claude
+  answered its `initialize`; Codex started its thread): a job whose turn
+  record exists is ready.
+- A message is given to the harness with a key derived from its msgId
+  (uuid5): Claude's message `uuid`, Codex's `clientUserMessageId`, which
+  each keeps in its session's transcript.
 - Every settled turn counts (runs + 1), an interrupted or aborted one too,
   with its lastError: `interrupt` and `abort` settle the turn under way
   when they are taken, so a wait on it never hangs.
