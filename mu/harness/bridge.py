@@ -197,8 +197,24 @@ class Harness:
         self.events.put((proc, ("exit", proc.returncode)))
 
     def _errors(self, proc):
+        """Its stderr: the last lines kept for a failed start's message, all
+        of it appended to harness.log in the job folder (MU_DEMO_AGENT_DIR)."""
+        log = None
+        folder = os.environ.get(DIR_VAR)
+        try:
+            log = open(os.path.join(folder, "harness.log"), "ab") if folder else None
+        except OSError:
+            pass
         for raw in proc.stderr:
             self.stderr_tail = (self.stderr_tail + [raw.decode("utf-8", "replace").rstrip()])[-5:]
+            if log is not None:
+                try:
+                    log.write(raw)
+                    log.flush()
+                except OSError:
+                    pass
+        if log is not None:
+            log.close()
 
     def write(self, value):
         with self.lock:

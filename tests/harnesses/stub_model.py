@@ -59,7 +59,7 @@ def _is_tool_result(content: Any) -> bool:
 class StubModel:
     """The server; `url` once started.  `stop()` ends it and any slow turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.requests: List[Dict[str, Any]] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -105,9 +105,11 @@ class StubModel:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # `host`: 127.0.0.1, or the test's own end of a namespace's link (an
+        # agent on the suite's sshd, which has a loopback of its own)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.url = "http://%s:%d" % (host, self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def start(self) -> "StubModel":
