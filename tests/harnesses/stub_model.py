@@ -61,6 +61,7 @@ class StubModel:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.requests: List[Dict[str, Any]] = []
+        self.last_byte = 0.0  # when the last answer's last byte was written (time.time())
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.served = threading.Condition(self.lock)
@@ -268,6 +269,7 @@ class StubModel:
                                                                        "stop_sequence": None},
                                     "usage": {"output_tokens": 5}})
             event("message_stop", {"type": "message_stop"})
+            self.last_byte = time.time()
         except OSError:
             pass  # the agent hung up (an interrupt)
 
