@@ -67,3 +67,8 @@ def test_claude_over_ssh_runs_behind_a_bridge_put_on_the_host(sshd, remote_stub,
     mu("agent", "close", "w/a")  # its final collect brings the tool's commit back
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=tmp_path / "checkout") == "stub: a note"
     assert sshd.remote_processes("MU_AGENT", "w/a") == {}
+    # the key given with --env is nowhere in mu's state: database, journal, pane logs
+    state = tmp_path / "state"
+    assert (state / "mu.db").exists()
+    holding = [str(p) for p in state.rglob("*") if p.is_file() and b"sk-stub-not-a-key" in p.read_bytes()]
+    assert holding == []
