@@ -62,7 +62,7 @@ def state_of(agent: str) -> dict:
     return next(a for a in json.loads(mu("state", "--json").stdout)["agents"] if a["agent"] == agent)
 
 
-def test_claude_takes_a_task_runs_a_tool_after_a_permission_and_its_commit_is_collected(box, claude_env):
+def test_claude_runs_the_agent_path_send_permission_collect_interrupt_fresh(box, claude_env):
     spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree",
                  "--send", "hello from the test")
     first = spawned.stdout.split()[-1] if spawned.stdout else ""
@@ -93,19 +93,17 @@ def test_claude_takes_a_task_runs_a_tool_after_a_permission_and_its_commit_is_co
         assert line in read, read
     assert "sk-stub-not-a-key" not in read
     assert first  # the spawn named its first prompt's msgId
-    mu("agent", "close", "w/a")
 
-
-def test_claude_interrupt_settles_a_slow_turn_with_its_reason_and_fresh_starts_anew(box, claude_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--send", "STUB_SLOW please")
+    # an interrupt of a slow turn settles it at once, with its reason
+    mu("send", "w/a", "STUB_SLOW please")
     wait_for(lambda: claude_env.seen("STUB_SLOW"), 20, "the slow turn to reach the model")
     assert state_of("w/a")["turn"] == "busy"
     mu("interrupt", "w/a", "never mind, say hi")
-    waited = settled("0")
-    assert waited["runs"] == 1 and waited["lastError"] == "interrupted"
+    waited = settled("2")
+    assert waited["runs"] == 3 and waited["lastError"] == "interrupted"
     # the interrupt's own turn follows, and its text is the stub's answer to it
-    waited = settled("1")
-    assert (waited["runs"], waited["lastText"]) == (2, "STUB: never mind, say hi")
+    waited = settled("3")
+    assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
     assert "lastError" not in waited
 
     mu("send", "w/a", "start over", "--fresh")
