@@ -135,3 +135,22 @@ def test_a_missing_harness_fails_under_ci_and_skips_elsewhere(monkeypatch, tmp_p
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="tests/harnesses/install.sh"):
         harness_fixture.harness_program("claude")
+
+
+def test_a_session_that_cannot_be_resumed_starts_a_new_incarnation(bridge, claude_env, tmp_path):
+    bridge.start()
+    bridge.deliver("m-1", "first")
+    bridge.wait_runs(1)
+    session = bridge.turn()["session"]
+    bridge.stop()
+    transcripts = list((tmp_path / "home" / ".claude" / "projects").rglob(session + ".jsonl"))
+    assert transcripts
+    for path in transcripts:
+        path.unlink()  # the harness's own record of the session is gone
+    bridge.start()
+    turn = bridge.turn()
+    assert (turn["incarnation"], turn["runs"], turn["state"]) == (2, 0, "idle") and turn["session"] != session
+    assert json.loads((bridge.folder / "turns" / "1-1.json").read_text())["lastText"] == "STUB: first"
+    bridge.deliver("m-2", "second")
+    turn = bridge.wait_runs(1)
+    assert (turn["incarnation"], turn["lastText"]) == (2, "STUB: second")
