@@ -19,6 +19,7 @@ demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh examples/demo.sh
 
 test: $(BIN)/.installed
+	sh tests/harnesses/install.sh  # the pinned coding agents, cached outside the checkout (tests/harness_fixture.py)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello examples/mu-plugin-local examples/mu-demo-agent tests/hostile/mu-plugin-*
 	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 

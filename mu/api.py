@@ -335,7 +335,7 @@ def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> A
     if reading is None:
         return info
     turn = reading.turn
-    return dataclasses.replace(info, liveness=reading.liveness, turn=turn.state, turn_reason=turn.reason,
+    return dataclasses.replace(info, liveness=reading.liveness, turn=turn.state, turn_reason=turn.reason or turn.pending,
                                runs=turn.runs, incarnation=turn.incarnation, last_text=reading.last_text)
 
 

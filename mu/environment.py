@@ -135,3 +135,19 @@ def plugin_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str,
     """mu's environment as a plugin sees it: without the local-only variables."""
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items() if k not in LOCAL_ONLY_VARIABLES}
+
+
+def harness_program(harness: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """Where a harness's program is on the host (`MU_HARNESS_<NAME>`, e.g.
+    `MU_HARNESS_CLAUDE`: a command line, flags allowed), or None when unset;
+    the config file's `harnesses.<name>.program` comes next
+    (mu.agents.harnesses)."""
+    env = os.environ if environ is None else environ
+    return env.get("MU_HARNESS_" + harness.upper().replace("-", "_")) or None
+
+
+def default_harness(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The harness a spawn without --harness runs (`MU_HARNESS`), or None
+    when unset; the config file's `harness` comes next (mu.agents.harnesses)."""
+    env = os.environ if environ is None else environ
+    return env.get("MU_HARNESS") or None

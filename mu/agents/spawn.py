@@ -62,7 +62,7 @@ import sqlite3
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from mu import environment, panes
-from mu.agents import jobseam, site, split_agent
+from mu.agents import harnesses, jobseam, site, split_agent
 from mu.deadline import Deadline
 from mu.effects import engine
 from mu.errors import CallError, MuError, NotFound, Permanent, Refused, Terminating, UnknownOutcome, UsageError
@@ -91,6 +91,10 @@ PANE_OPEN_S = 20.0
 HARNESSES: Dict[str, Optional[str]] = {
     "sh": None,
     "demo": "mu-demo-agent",  # examples/mu-demo-agent, on the host's PATH
+    # mu-bridge (mu.harness.bridge) runs the harness in its structured mode
+    # behind the turn files; its program: mu.agents.harnesses.program
+    "claude": "mu-bridge claude",
+    "codex": "mu-bridge codex",
 }
 
 
@@ -194,7 +198,7 @@ def _refuse_unhonoured(request: SpawnRequest, seam: Dict[str, Any], plugin: str)
 
 def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     """(harness, cmd, commandSource) of the JobSpec."""
-    harness = request.harness or "sh"
+    harness = request.harness or ("sh" if request.command is not None else harnesses.default())
     if harness not in HARNESSES:
         raise UsageError(f"mu knows no harness {harness!r}", f"the harnesses: {', '.join(sorted(HARNESSES))}")
     if request.command is not None:
@@ -204,7 +208,7 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     own = HARNESSES[harness]
     if own is None:
         raise UsageError(f"the {harness} harness has no command line of its own: give --command")
-    return harness, own, "harness"
+    return harness, harnesses.command_line(harness, own), "harness"
 
 
 def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str], Optional[Task]]:

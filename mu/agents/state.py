@@ -243,7 +243,8 @@ def _asked(row: Glance, clients: "readings.Clients", seen: Dict[str, Any], last_
     if agent is None:  # closed since the snapshot
         return _from_records(row, None)
     reading = seen[row.agent] = readings.read(agent, clients, last_text=last_text)
-    reason = reading.job_status.get("reason") if reading.liveness != ALIVE else reading.turn.reason
+    turn = reading.turn
+    reason = reading.job_status.get("reason") if reading.liveness != ALIVE else (turn.reason or turn.pending)
     return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, reading.liveness, reading.turn.state,
                       reading.turn.runs, reading.turn.incarnation, reason, _pane_alive(row.pane),
                       bool(row.owes_collect))

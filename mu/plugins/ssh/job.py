@@ -38,6 +38,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import time
 from typing import Any, Dict
@@ -51,6 +52,43 @@ JOB_DIR_VAR = "MU_DEMO_AGENT_DIR"  # where examples/mu-demo-agent keeps its turn
 EFFECT_S = 30.0  # an effect's own bound, inside mu's MU_EFFECT_TIMEOUT_MS
 READ_S = 8.0  # inside the protocol's 10 s for a read
 START = {"lookup": True, "fenceKey": True}
+
+
+# A harness's command line `mu-bridge <harness> ...` (mu.agents.spawn's
+# HARNESSES) runs the bridge that ships with this plugin, put on the host
+# by the job's run.sh: <work>/bin/mu-bridge-<16 hex of its sha256>.py, so a
+# host needs only python3 and the harness, and two versions never mix.
+BRIDGE_COMMAND = "mu-bridge "
+BRIDGE_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "harness", "bridge.py")
+BRIDGE_END = "MU_BRIDGE_SOURCE_ENDS_HERE"
+
+
+def bridge_on_host(cmd: str) -> "tuple[str, str]":
+    """(the command line that runs the bridge from the work folder, the sh
+    lines that put it there first when it is not there yet).  The file is
+    read here, not imported: a plugin loads nothing of mu's runtime."""
+    try:
+        with open(BRIDGE_SOURCE, "rb") as f:
+            source = f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise sdk.Permanent("mu-bridge is not installed beside this plugin: %s" % exc) from None
+    if BRIDGE_END in source:
+        raise sdk.Permanent("mu-bridge's source holds its own here-document marker")
+    name = "mu-bridge-%s.py" % hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+    setup = "\n".join([
+        "# written by mu-plugin-ssh: the bridge a harness runs behind, content-addressed",
+        'B=$(pwd); B=${B%/jobs/*}/bin',
+        'if [ ! -f "$B/%s" ]; then' % name,
+        '  mkdir -p -- "$B" && cat > "$B/.%s.$$" <<\'%s\'' % (name, BRIDGE_END),
+        source.rstrip("\n"),
+        BRIDGE_END,
+        '  mv -f -- "$B/.%s.$$" "$B/%s"' % (name, name),
+        "fi",
+        'export MU_BRIDGE_PY="$B/%s"' % name,
+        "",
+    ])
+    return 'python3 "$MU_BRIDGE_PY" ' + cmd[len(BRIDGE_COMMAND):], setup
 
 
 def declaration(channel: str) -> Dict[str, Any]:
@@ -110,7 +148,10 @@ class JobSeam:
         conn, end = self._job_connection(call, EFFECT_S)
         exports = dict(spec.get("env") or {})
         exports[remote.JOB_VAR] = job_token(self.options.instance(), key)
-        body = remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], spec["cmd"], shlex.quote).encode("utf-8")
+        cmd, setup = spec["cmd"], ""
+        if spec.get("commandSource") == "harness" and cmd.startswith(BRIDGE_COMMAND):
+            cmd, setup = bridge_on_host(cmd)
+        body = (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shlex.quote)).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
         args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent]
         said = (conn.op(remote.JOB_START, args, end, call, data=body, acts=True) or [""])[0]

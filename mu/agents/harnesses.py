@@ -1,0 +1,87 @@
+"""Which harness a spawn runs and where its program is: the environment
+first, then the config file (`environment.config_path`), then mu's default.
+
+The config file is YAML; the keys read here:
+
+    harness: claude            # the default harness of `mu agent spawn`
+    harnesses:
+      claude:
+        program: /opt/claude/bin/claude --model opus   # a command line
+
+What a caller may rely on: a malformed config file or value is a
+UsageError (one line, exit 2) before anything is written; a missing file
+is no config.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any, Dict, Optional
+
+from mu import environment
+from mu.errors import UsageError
+
+DEFAULT_HARNESS = "sh"
+
+
+def _config() -> Dict[str, Any]:
+    path = environment.config_path()
+    if not os.path.exists(path):
+        return {}
+    import yaml  # only when there is a file to read: it costs start-up time
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read the config file {path}: {str(exc).splitlines()[0]}") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"the config file {path} is not a mapping")
+    return value
+
+
+def default() -> str:
+    """The harness of a spawn without --harness: `MU_HARNESS`, else the
+    config file's `harness`, else sh."""
+    chosen = environment.default_harness()
+    if chosen:
+        return chosen
+    chosen = _config().get("harness")
+    if chosen is None:
+        return DEFAULT_HARNESS
+    if not isinstance(chosen, str) or not chosen:
+        raise UsageError(f"the config file's harness must be a harness's name, not {chosen!r}")
+    return chosen
+
+
+def program(harness: str) -> Optional[str]:
+    """The harness's program as configured (`MU_HARNESS_<NAME>`, else the
+    config file's `harnesses.<name>.program`), or None: the bridge then
+    looks for it on the host (its own environment, then PATH)."""
+    chosen = environment.harness_program(harness)
+    if chosen is None:
+        entry = (_config().get("harnesses") or {})
+        entry = entry.get(harness) if isinstance(entry, dict) else None
+        chosen = entry.get("program") if isinstance(entry, dict) else None
+        if chosen is not None and (not isinstance(chosen, str) or not chosen.strip()):
+            raise UsageError(f"the config file's harnesses.{harness}.program must be a command line")
+    if chosen is None:
+        return None
+    try:
+        if not shlex.split(chosen):
+            raise ValueError("empty")
+    except ValueError:
+        raise UsageError(f"the {harness} harness's program {chosen!r} is not a command line") from None
+    return chosen
+
+
+def command_line(harness: str, own: str) -> str:
+    """The job's command line for a harness whose own line is `own`: a
+    bridged harness's gets `--program <the configured program>`."""
+    if not own.startswith("mu-bridge "):
+        return own
+    configured = program(harness)
+    return own if configured is None else f"{own} --program {shlex.quote(configured)}"

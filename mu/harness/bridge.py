@@ -1,0 +1,917 @@
+"""mu-bridge: a real coding agent behind mu's turn files.
+
+Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>] [-- <extra args>]
+
+It runs as a job's process (in its pane).  It starts the harness in its
+structured mode as its child, takes deliveries from the job folder's
+inbox, and keeps taken/, turn.json and turns/ exactly as the demo agent
+does (docs/local-provider.md, "Turn files"), so the local and SSH
+providers' channels drive it unchanged.  The pane shows a readable
+transcript: each message taken, the agent's text, its tool calls, a
+pending question with the `mu answer` that resolves it, each settle.
+
+Claude Code runs as `claude -p --input-format stream-json --output-format
+stream-json --verbose --permission-prompt-tool stdio --session-id <id>`
+(`--resume <id>` once the session has a transcript); Codex as `codex
+app-server` (JSON-RPC: a thread, a turn per message).  The program is
+--program, else $MU_HARNESS_CLAUDE or $MU_HARNESS_CODEX, else `claude` or
+`codex` on PATH; a command line (split as sh would split it), so it can
+carry flags of its own.  Extra args after `--` follow the harness's own.
+
+What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
+
+- turn.json appears only once the harness can take a message (Claude
+  answered its `initialize`; Codex started its thread): a job whose turn
+  record exists is ready.
+- A message is given to the harness with a key derived from its msgId
+  (uuid5): Claude's message `uuid`, Codex's `clientUserMessageId`, which
+  each keeps in its session's transcript.
+- Every settled turn counts (runs + 1), an interrupted or aborted one too,
+  with its lastError: `interrupt` and `abort` settle the turn under way
+  when they are taken, so a wait on it never hangs.
+- A permission the harness asks for (`can_use_tool`) makes the turn
+  `blocked` with the question in `pending`; an `answer` delivery whose
+  first key is allow/yes/y allows it, deny/no/n denies it; any other keys
+  deny it with the keys as the user's reply (how a question is answered).
+- `fresh` starts a new session (a new --session-id) as incarnation + 1.
+- A harness that exits is started again, resuming its session: the turn
+  under way settles with lastError "the harness exited (...)", and the
+  incarnation stays.  When it cannot be resumed, a new session starts as
+  incarnation + 1 (which `mu wait` reports as restarted).
+
+It exits 0 on SIGTERM, SIGHUP or SIGINT (ending the harness first), and
+when its inbox folder goes away; 2 on bad usage.  Standard library only,
+Python 3.9 or newer: it imports nothing of mu, so it can run as a single
+file on a host that has only python3.
+"""
+
+import hashlib
+import json
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
+USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>]"
+         " [-- <extra args>]")
+HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex")}
+POLL_S = 0.05
+START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
+RESTARTS = 3  # restarts of a harness that keeps exiting, before the bridge gives up
+CONTROL_KINDS = ("steer", "interrupt", "abort", "answer")
+TURN_KINDS = ("send", "fresh", "command")
+KINDS = CONTROL_KINDS + TURN_KINDS
+PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
+ALLOW_KEYS = ("allow", "yes", "y")
+DENY_KEYS = ("deny", "no", "n")
+UUID_SPACE = uuid.UUID("6d750000-6272-6964-6765-000000000001")  # the bridge's uuid5 namespace
+
+
+class BridgeError(Exception):
+    """A harness that cannot be started or driven."""
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def say(text):
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass  # a pane that went away does not stop the agent
+
+
+def first_line(text, limit=200):
+    for line in (text or "").splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[:limit - 3] + "..."
+    return "(no text)"
+
+
+def message_uuid(msg_id):
+    """The uuid the harness gets for a delivery's msgId: the same one every time."""
+    return str(uuid.uuid5(UUID_SPACE, msg_id))
+
+
+# -- records (the turn files' rules: temp file and rename) -------------------------
+
+
+def read_json(path):
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _temp(path, value):
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    return temp
+
+
+def write_json(path, value):
+    os.replace(_temp(path, value), path)
+
+
+def create_json(path, value):
+    """Write the record only if there is none; True if this call wrote it."""
+    temp = _temp(path, value)
+    try:
+        os.link(temp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temp)
+
+
+def taken_name(msg_id):
+    if PLAIN_ID.match(msg_id):
+        return msg_id
+    return "sha256-" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# -- the harnesses ---------------------------------------------------------------
+#
+# Each harness is a child process in its structured mode, read by a thread
+# that turns its output into the bridge's own events on `events`, as
+# (process, event) pairs:
+#
+#   ("ready", session)            it can take a message; session: its id
+#   ("failed", why)               its start (or resume) failed
+#   ("text", text)                the agent said something
+#   ("tool", name, input)         the agent runs a tool
+#   ("ask", request, tool, input) it asks a permission (or a question)
+#   ("done", key, text)           the message `key` is done with; text: the turn's result
+#   ("exit", code)                the process ended
+
+
+class Harness:
+    name = ""
+
+    def __init__(self, program, extra, cwd, events):
+        self.program = program
+        self.extra = extra
+        self.cwd = cwd
+        self.events = events
+        self.proc = None
+        self.stderr_tail = []
+        self.lock = threading.Lock()
+
+    def spawn(self, argv):
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
+        proc = self.proc
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        threading.Thread(target=self._errors, args=(proc,), daemon=True).start()
+
+    def _read(self, proc):
+        for raw in proc.stdout:
+            try:
+                message = json.loads(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                for event in self.translate(message):
+                    self.events.put((proc, event))
+        proc.wait()
+        self.events.put((proc, ("exit", proc.returncode)))
+
+    def _errors(self, proc):
+        """Its stderr: the last lines kept for a failed start's message, all
+        of it appended to harness.log in the job folder (MU_DEMO_AGENT_DIR)."""
+        log = None
+        folder = os.environ.get(DIR_VAR)
+        try:
+            log = open(os.path.join(folder, "harness.log"), "ab") if folder else None
+        except OSError:
+            pass
+        for raw in proc.stderr:
+            self.stderr_tail = (self.stderr_tail + [raw.decode("utf-8", "replace").rstrip()])[-5:]
+            if log is not None:
+                try:
+                    log.write(raw)
+                    log.flush()
+                except OSError:
+                    pass
+        if log is not None:
+            log.close()
+
+    def write(self, value):
+        with self.lock:
+            try:
+                self.proc.stdin.write(json.dumps(value).encode("utf-8") + b"\n")
+                self.proc.stdin.flush()
+            except (OSError, ValueError, AttributeError):
+                pass  # it exited: its end comes as an event
+
+    def stop(self):
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Claude(Harness):
+    """`claude -p` in stream-json: the session id is the bridge's choice, a
+    message's uuid is its key, `command_lifecycle` says when it is done."""
+
+    name = "claude"
+
+    def start(self, session, resume):
+        self.session = session or str(uuid.uuid4())
+        self.last_text = None
+        argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+                               "--permission-prompt-tool", "stdio"]
+        argv += ["--resume", self.session] if resume else ["--session-id", self.session]
+        self.spawn(argv + self.extra)
+        self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
+
+    def translate(self, event):
+        kind = event.get("type")
+        if kind == "control_response" and (event.get("response") or {}).get("request_id") == "mu-init":
+            return [("ready", self.session)]
+        if kind == "assistant":
+            found = []
+            for block in (event.get("message") or {}).get("content") or []:
+                if block.get("type") == "text" and block.get("text"):
+                    found.append(("text", block["text"]))
+                elif block.get("type") == "tool_use":
+                    found.append(("tool", block.get("name"), block.get("input")))
+            return found
+        if kind == "result" and isinstance(event.get("result"), str):
+            self.last_text = event["result"]
+        if kind == "command_lifecycle" and event.get("state") in ("completed", "cancelled"):
+            text, self.last_text = self.last_text, None
+            return [("done", event.get("command_uuid"), text)]
+        if kind == "control_request":
+            request = event.get("request") or {}
+            if request.get("subtype") == "can_use_tool":
+                return [("ask", event.get("request_id"), request.get("tool_name") or "a tool",
+                         request.get("input") or {})]
+        return []
+
+    def user(self, key, text, steer=False):
+        # a message given during a turn is queued by Claude: a steer is a follow-up there
+        self.write({"type": "user", "uuid": key, "session_id": "", "parent_tool_use_id": None,
+                    "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+
+    def interrupt(self):
+        self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),
+                    "request": {"subtype": "interrupt"}})
+
+    def permit(self, request_id, allow, tool_input, reply):
+        if allow:
+            decision = {"behavior": "allow", "updatedInput": tool_input}
+        else:
+            decision = {"behavior": "deny", "message": reply or "The user denied this."}
+        self.write({"type": "control_response",
+                    "response": {"subtype": "success", "request_id": request_id, "response": decision}})
+
+    def _transcripts(self, session):
+        base = os.path.join(os.path.expanduser("~"), ".claude", "projects")
+        try:
+            return [p for p in (os.path.join(base, d, session + ".jsonl") for d in os.listdir(base))
+                    if os.path.exists(p)]
+        except OSError:
+            return []
+
+    def resumable(self, session):
+        """Whether Claude keeps a transcript of `session` (so --resume works)."""
+        return bool(self._transcripts(session))
+
+    def delivered(self, session, key):
+        """Whether the session's transcript holds the message's uuid (Claude
+        writes it verbatim): the receipt that survives a crash."""
+        return any(_file_holds(path, key) for path in self._transcripts(session))
+
+
+class Codex(Harness):
+    """`codex app-server` (JSON-RPC 2.0 over stdio): the session is a thread
+    (its id is Codex's), a message's key is its `clientUserMessageId`, and
+    `turn/completed` ends every message the turn held."""
+
+    name = "codex"
+    APPROVAL, SANDBOX = "untrusted", "danger-full-access"  # full access, every command asked first
+
+    def start(self, session, resume):
+        self.thread = session if resume else None
+        self.turn = None  # the Codex turn under way
+        self.keys = {}  # a Codex turn's id -> the keys it holds
+        self.held = []  # turns to start once the one under way completed
+        self.texts = {}
+        self.steers = {}
+        self.spawn(self.program + ["app-server"] + self.extra)
+        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"}})
+
+    def call(self, rid, method, params):
+        self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+    def translate(self, message):
+        rid, method, params = message.get("id"), message.get("method"), message.get("params") or {}
+        if method is None:  # a response to one of ours
+            return self._answered(rid, message)
+        if rid is not None:  # a request of the server's: an approval or a question
+            tool = "shell" if "commandExecution" in method else "edit" if "fileChange" in method else "question"
+            shown = {"command": params["command"]} if isinstance(params.get("command"), str) else params
+            return [("ask", rid, tool, shown)]
+        if method == "turn/started":
+            self.turn = (params.get("turn") or {}).get("id")
+        elif method == "item/started":
+            item = params.get("item") or {}
+            if item.get("type") == "userMessage" and item.get("clientId"):
+                keys = self.keys.setdefault(params.get("turnId"), [])
+                if item["clientId"] not in keys:
+                    keys.append(item["clientId"])
+            elif item.get("type") == "commandExecution":
+                return [("tool", "shell", {"command": item.get("command")})]
+        elif method == "item/completed":
+            item = params.get("item") or {}
+            if item.get("type") == "agentMessage" and item.get("text"):
+                self.texts[params.get("turnId")] = item["text"]
+                return [("text", item["text"])]
+        elif method == "turn/completed":
+            turn = params.get("turn") or {}
+            done = turn.get("id")
+            text = self.texts.pop(done, None)
+            if turn.get("status") == "failed" and text is None:
+                text = "Turn failed: %s" % _brief(turn.get("error"))
+            found = [("done", key, text) for key in self.keys.pop(done, [])]
+            if self.turn == done:
+                self.turn = None
+            if self.held and self.turn is None:
+                key, text = self.held.pop(0)
+                self._start_turn(key, text)
+            return found
+        return []
+
+    def _answered(self, rid, message):
+        result, error = message.get("result"), message.get("error")
+        if rid == "mu-init":
+            self.write({"jsonrpc": "2.0", "method": "initialized"})
+            if self.thread:
+                self.call("mu-thread", "thread/resume", {"threadId": self.thread})
+            else:
+                self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
+                                                        "sandbox": self.SANDBOX})
+            return []
+        if rid == "mu-thread":
+            thread = ((result or {}).get("thread") or {}).get("id")
+            if error is not None or not thread:
+                return [("failed", "its thread could not start: %s" % _brief(error))]
+            self.thread = thread
+            return [("ready", thread)]
+        if isinstance(rid, str) and rid.startswith("mu-turn-"):
+            key = rid[len("mu-turn-"):]
+            turn = ((result or {}).get("turn") or {}).get("id")
+            if turn:
+                self.turn = self.turn or turn
+                keys = self.keys.setdefault(turn, [])
+                if key not in keys:
+                    keys.append(key)
+            elif error is not None:
+                return [("done", key, "Turn failed: %s" % _brief(error))]
+        if isinstance(rid, str) and rid.startswith("mu-steer-") and error is not None:
+            # the turn ended before the steer reached it: it is a turn of its own
+            key = rid[len("mu-steer-"):]
+            self._start_turn(key, self.steers.pop(key, ""))
+        return []
+
+    def _start_turn(self, key, text):
+        self.call("mu-turn-" + key, "turn/start", {"threadId": self.thread, "clientUserMessageId": key,
+                                                     "input": [{"type": "text", "text": text}]})
+
+    def user(self, key, text, steer=False):
+        if self.turn is None:
+            self._start_turn(key, text)
+        elif steer:
+            self.steers[key] = text
+            self.keys.setdefault(self.turn, []).append(key)
+            self.call("mu-steer-" + key, "turn/steer", {"threadId": self.thread, "expectedTurnId": self.turn,
+                                                          "clientUserMessageId": key,
+                                                          "input": [{"type": "text", "text": text}]})
+        else:
+            self.held.append((key, text))  # after the turn under way (an interrupt's own turn)
+
+    def interrupt(self):
+        if self.turn is not None:
+            self.call("mu-int-%d" % now_ms(), "turn/interrupt", {"threadId": self.thread, "turnId": self.turn})
+
+    def permit(self, request_id, allow, tool_input, reply):
+        self.write({"jsonrpc": "2.0", "id": request_id, "result": {"decision": "accept" if allow else "decline"}})
+
+    def _rollouts(self, thread):
+        base = os.path.join(os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex"),
+                            "sessions")
+        found = []
+        for folder, _dirs, files in os.walk(base):
+            found += [os.path.join(folder, f) for f in files if f.endswith(thread + ".jsonl")]
+        return found
+
+    def resumable(self, thread):
+        return bool(self._rollouts(thread))
+
+    def delivered(self, thread, key):
+        """Whether the thread's rollout holds the message's clientUserMessageId."""
+        return any(_file_holds(path, key) for path in self._rollouts(thread))
+
+
+HARNESSES = {"claude": Claude, "codex": Codex}
+
+
+def _file_holds(path, text):
+    try:
+        with open(path, "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _die_with_parent():
+    """In the harness's child, before its exec: on Linux, the kernel sends
+    it SIGTERM when the bridge dies, even by SIGKILL (a harness whose stdin
+    closed mid-turn keeps working until the turn ends, and a bridge started
+    again would then run a second one on the same session; SIGTERM, not
+    SIGKILL, so that it saves its transcript first).  Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: it may still save its session
+    except (OSError, AttributeError):
+        pass
+
+
+# -- the bridge --------------------------------------------------------------------
+
+
+class Bridge:
+    def __init__(self, folder, workdir, harness, agent_name="", poll_s=POLL_S):
+        self.folder = folder
+        self.workdir = workdir
+        self.harness = harness
+        self.agent_name = agent_name
+        self.poll_s = poll_s
+        self.events = harness.events
+        self.inbox = os.path.join(folder, "inbox")
+        self.taken = os.path.join(folder, "taken")
+        self.turns = os.path.join(folder, "turns")
+        self.turn_path = os.path.join(folder, "turn.json")
+        self.stopping = None
+        self.record = None
+        self.last_text = None  # the harness's result for the turn under way
+        self.request = None  # the pending permission request: (request_id, input)
+        self.restarts = 0
+
+    # -- start ---------------------------------------------------------------------
+
+    def start(self):
+        for path in (self.folder, self.inbox, self.taken, self.turns):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        record = read_json(self.turn_path)
+        if record is None:
+            record = {"state": "idle", "since": now_ms(), "runs": 0, "incarnation": 1, "lastText": None,
+                      "settledAt": None, "turn": None, "session": None}
+        self.record = record
+        self.put_right()
+        session = record.get("session")
+        resume = bool(session) and record.get("harness") == self.harness.name and self.harness.resumable(session)
+        if session and not resume:
+            self.restart_elsewhere("its session %s could not be resumed" % session)
+        record["harness"] = self.harness.name
+        try:
+            self.launch(session if resume else None, resume)
+        except BridgeError as exc:
+            if not resume:
+                raise
+            say("mu-bridge: %s; starting a new session" % exc)
+            self.restart_elsewhere("its session %s could not be resumed" % session)
+            resume = False
+            self.launch(None, False)
+        turn = record.get("turn")
+        if turn is not None:
+            # the bridge restarted mid-turn: the harness got the message (its
+            # transcript keeps the key) or it did not (give it again)
+            self.resume_turn(turn, resume)
+        record["pid"] = os.getpid()
+        self.save()  # the turn record exists only once the harness can take a message
+        say("mu-bridge: %s ready in %s (session %s, incarnation %d, %d turns settled)" % (
+            self.harness.name, self.workdir, record["session"], record["incarnation"], record["runs"]))
+
+    def launch(self, session, resume):
+        """Start the harness (resuming `session`, or a new one) and wait
+        until it can take a message; the record names its session."""
+        self.harness.start(session, resume)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and self.stopping is None:
+            try:
+                proc, event = self.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if proc is not self.harness.proc:
+                continue
+            if event[0] == "exit":
+                raise BridgeError("%s exited at its start: %s" % (
+                    self.harness.name, " | ".join(self.harness.stderr_tail) or "no message"))
+            if event[0] == "failed":
+                self.harness.stop()
+                raise BridgeError("%s: %s" % (self.harness.name, event[1]))
+            if event[0] == "ready":
+                self.record["session"] = event[1]
+                return
+        self.harness.stop()
+        raise BridgeError("%s did not answer its start within %d s" % (self.harness.name, START_TIMEOUT_S))
+
+    def resume_turn(self, turn, resumed):
+        session = self.record["session"]
+        if resumed and all(self.harness.delivered(session, message_uuid(m)) for m in turn["msgIds"][:1]):
+            self.settle(turn, error="the bridge restarted during the turn")
+            return
+        say("mu-bridge: turn %d.%d is given again after a restart" % (self.record["incarnation"], turn["n"]))
+        turn["open"] = [message_uuid(turn["msgIds"][0])]
+        self.give(turn["msgIds"][0], turn["text"])
+
+    def restart_elsewhere(self, why):
+        """A new incarnation because the session is lost; a turn under way
+        is kept, as the new incarnation's first, and given again."""
+        kept = self.record.get("turn")
+        self.new_incarnation(why)
+        if kept is not None:
+            kept["n"] = 1
+            self.record["turn"] = kept
+            self.go_busy()
+
+    def new_incarnation(self, why):
+        record = self.record
+        record["incarnation"] += 1
+        record.update(runs=0, lastText=None, settledAt=None, turn=None, state="idle", since=now_ms())
+        record.pop("lastError", None)
+        record.pop("pending", None)
+        say("mu-bridge: incarnation %d (%s)" % (record["incarnation"], why))
+
+    # -- the loop ------------------------------------------------------------------
+
+    def run(self):
+        while self.stopping is None:
+            if not os.path.isdir(self.inbox):
+                say("mu-bridge: the inbox %s is gone; exiting" % self.inbox)
+                break
+            did = self.step()
+            try:
+                proc, event = self.events.get(timeout=0 if did else self.poll_s)
+            except queue.Empty:
+                continue
+            if proc is self.harness.proc:
+                self.on_event(event)
+        if self.stopping is not None:
+            say("mu-bridge: stopped by signal %d" % self.stopping)
+        self.harness.stop()
+        return 0
+
+    def step(self):
+        """Take one delivery, if one can be taken now; True if one was."""
+        for name, message in self.deliveries():
+            msg_id = message["msgId"]
+            if os.path.exists(os.path.join(self.taken, taken_name(msg_id) + ".json")):
+                self.unlink(name)
+                return True
+            kind = message.get("kind", "send")
+            if self.record["turn"] is None or kind in CONTROL_KINDS:
+                self.take(name, message, kind)
+                return True
+        return False
+
+    def deliveries(self):
+        try:
+            names = [n for n in os.listdir(self.inbox) if n.endswith(".json") and not n.startswith(".")]
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            message = read_json(os.path.join(self.inbox, name))
+            kind = (message or {}).get("kind", "send")
+            if not message or not isinstance(message.get("msgId"), str) or not message["msgId"] or kind not in KINDS:
+                say("mu-bridge: inbox/%s is not a delivery; set aside" % name)
+                try:
+                    os.replace(os.path.join(self.inbox, name), os.path.join(self.inbox, ".bad-" + name))
+                except OSError:
+                    pass
+                continue
+            at = message.get("at")
+            found.append(((at if isinstance(at, int) and not isinstance(at, bool) else 0, name), name, message))
+        return [(name, message) for _key, name, message in sorted(found, key=lambda f: f[0])]
+
+    # -- taking a delivery ---------------------------------------------------------
+
+    def take(self, name, message, kind):
+        record = self.record
+        before = record["state"]
+        taken = {"msgId": message["msgId"], "kind": kind, "at": now_ms(), "state": before}
+        turn = record.get("turn")
+        text = message.get("text") if isinstance(message.get("text"), str) else ""
+        say("> [%s] %s%s" % (message["msgId"], "" if kind == "send" else kind + ": ", first_line(text) if text
+                             else " ".join(_keys(message)) or message.get("name") or ""))
+        after = None  # what to tell the harness once the records hold the take
+        if kind == "steer" and turn is not None:
+            turn["steers"].append(text)
+            turn["msgIds"].append(message["msgId"])
+            turn["open"].append(message_uuid(message["msgId"]))
+            taken["effect"] = "joined turn %d" % turn["n"]
+            after = ("steer", message["msgId"], text)
+        elif kind == "answer":
+            if turn is not None and before == "blocked" and self.request is not None:
+                turn["answers"].append(_keys(message))
+                turn["msgIds"].append(message["msgId"])
+                self.go_busy()
+                taken["effect"] = "joined turn %d" % turn["n"]
+                after = ("answer", self.request, _keys(message))
+                self.request = None
+            else:
+                taken["effect"] = "nothing was pending"
+        elif kind in ("interrupt", "abort") and turn is not None:
+            error = "interrupted" if kind == "interrupt" else "aborted"
+            self.settle(turn, error=error)
+            taken["effect"] = "%s turn %d" % (error, turn["n"])
+            after = ("interrupt",)
+            if kind == "interrupt":
+                self.new_turn(message, kind, text)
+                taken["effect"] += "; began turn %d" % record["turn"]["n"]
+                after = ("interrupt-then", message["msgId"], text)
+        elif kind == "abort":
+            taken["effect"] = "no turn was under way"
+        else:
+            if kind == "fresh":
+                self.harness.stop()
+                self.drain()
+                self.new_incarnation("fresh")
+                self.launch(None, False)
+            self.new_turn(message, kind, text)
+            taken["effect"] = "began turn %d" % record["turn"]["n"]
+            after = ("user", message["msgId"], record["turn"]["text"])
+        taken.update(incarnation=record["incarnation"], runs=record["runs"])
+        if record.get("turn") is not None:
+            taken["turn"] = record["turn"]["n"]
+        record["takenLog"] = (record.get("takenLog", []) + [taken])[-4:]
+        self.save()
+        create_json(os.path.join(self.taken, taken_name(message["msgId"]) + ".json"), taken)
+        self.unlink(name)
+        if after is None:
+            return
+        if after[0] in ("user", "steer"):
+            self.give(after[1], after[2], steer=after[0] == "steer")
+        elif after[0] == "answer":
+            (request_id, tool_input), keys = after[1], after[2]
+            allow = keys[0].lower() in ALLOW_KEYS
+            reply = None if allow or keys[0].lower() in DENY_KEYS else "The user answered: %s" % " ".join(keys)
+            self.harness.permit(request_id, allow, tool_input, reply)
+            say("  answered: %s" % ("allow" if allow else reply or "deny"))
+        else:
+            self.harness.interrupt()
+            if after[0] == "interrupt-then":
+                self.give(after[1], after[2])
+
+    def give(self, msg_id, text, steer=False):
+        self.harness.user(message_uuid(msg_id), text, steer)
+
+    def new_turn(self, message, kind, text):
+        if kind == "command":
+            name = message.get("name") if isinstance(message.get("name"), str) else "command"
+            instructions = message.get("instructions") if isinstance(message.get("instructions"), str) else ""
+            text = ("/%s %s" % (name, instructions)).strip()
+        # open: the keys of the messages the harness is not done with
+        self.record["turn"] = {"n": self.record["runs"] + 1, "kind": kind, "msgIds": [message["msgId"]],
+                               "text": text, "steers": [], "answers": [], "startedAt": now_ms(),
+                               "open": [message_uuid(message["msgId"])]}
+        self.go_busy()
+
+    def go_busy(self):
+        self.record.update(state="busy", since=now_ms())
+        self.record.pop("pending", None)
+
+    # -- the harness's events --------------------------------------------------------
+
+    def on_event(self, event):
+        kind = event[0]
+        turn = self.record.get("turn")
+        if kind == "exit":
+            self.harness_exited(event[1])
+        elif kind == "text":
+            say("  %s: %s" % (self.harness.name, event[1]))
+        elif kind == "tool":
+            say("  tool %s: %s" % (event[1], _brief(event[2])))
+        elif kind == "done":
+            if turn is not None and event[1] in turn["open"]:
+                turn["open"].remove(event[1])
+                if event[2] is not None:
+                    self.last_text = event[2]
+                if not turn["open"]:
+                    self.settle(turn, text=self.last_text)
+        elif kind == "ask":
+            if turn is None:
+                self.harness.permit(event[1], False, None, "No turn is under way.")
+            else:
+                self.block(event[1], event[2], event[3])
+
+    def block(self, request_id, tool, tool_input):
+        if tool in ("AskUserQuestion", "question"):
+            question = "%s asks: %s" % (self.harness.name, _brief(tool_input, 300))
+            keys = "<your answer>"
+        else:
+            question = "%s wants to %s" % (tool, _brief(tool_input, 300))
+            keys = "allow | deny"
+        target = self.agent_name or "<agent>"
+        self.request = (request_id, tool_input)
+        self.record.update(state="blocked", since=now_ms(),
+                           pending="%s (mu answer %s %s)" % (question, target, keys))
+        self.save()
+        say("  ? %s\n    answer with: mu answer %s %s" % (question, target, keys))
+
+    def drain(self):
+        """Forget the events of a harness that was ended on purpose."""
+        while True:
+            try:
+                self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def harness_exited(self, code):
+        say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
+        self.request = None
+        turn = self.record.get("turn")
+        if turn is not None:
+            self.settle(turn, error="the harness exited (%s)" % code)
+        self.restarts += 1
+        if self.restarts > RESTARTS:
+            raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
+        session = self.record["session"]
+        try:
+            self.launch(session, self.harness.resumable(session))
+        except BridgeError as exc:
+            say("mu-bridge: %s; starting a new session" % exc)
+            self.new_incarnation("the session could not be resumed")
+            self.launch(None, False)
+        self.save()
+
+    # -- the settle ------------------------------------------------------------------
+
+    def settle(self, turn, error=None, text=None):
+        record = self.record
+        at = now_ms()
+        record["runs"] += 1
+        record.update(state="idle", since=at, settledAt=at, turn=None)
+        record.pop("pending", None)
+        self.request = None
+        self.last_text = None
+        record["lastText"] = text if text is not None else "Turn %d %s." % (turn["n"], error or "settled")
+        if error:
+            record["lastError"] = error
+        else:
+            record.pop("lastError", None)
+        path = os.path.join(self.turns, "%d-%d.json" % (record["incarnation"], record["runs"]))
+        write_json(path, self.observation())
+        self.save()
+        say("= turn %d.%d settled%s: %s" % (record["incarnation"], record["runs"],
+                                          " (%s)" % error if error else "", first_line(record["lastText"])))
+
+    def observation(self):
+        record = self.record
+        seen = {"status": "idle", "settled": True, "since": record["settledAt"], "runs": record["runs"],
+                "incarnation": record["incarnation"], "lastText": record["lastText"] or ""}
+        if record.get("lastError"):
+            seen["lastError"] = record["lastError"]
+        return seen
+
+    def save(self):
+        write_json(self.turn_path, self.record)
+
+    def put_right(self):
+        """After a crash between two writes: the taken records turn.json holds."""
+        for taken in self.record.get("takenLog") or []:
+            create_json(os.path.join(self.taken, taken_name(taken["msgId"]) + ".json"), taken)
+        if self.record["runs"] > 0 and self.record.get("settledAt") is not None:
+            path = os.path.join(self.turns, "%d-%d.json" % (self.record["incarnation"], self.record["runs"]))
+            if not os.path.exists(path):
+                write_json(path, self.observation())
+
+    def unlink(self, name):
+        try:
+            os.unlink(os.path.join(self.inbox, name))
+        except OSError:
+            pass
+
+
+def _keys(message):
+    keys = message.get("keys")
+    if isinstance(keys, list) and keys and all(isinstance(k, str) and k for k in keys):
+        return keys
+    return ["deny"]
+
+
+def _brief(value, limit=200):
+    if isinstance(value, dict) and isinstance(value.get("command"), str):
+        return "run: " + first_line(value["command"], limit)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(value)
+    return first_line(text, limit)
+
+
+def main(argv=None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        sys.stderr.write(USAGE + "\n")
+        return 0 if args else 2
+    harness = args.pop(0)
+    if harness not in HARNESS_PROGRAMS:
+        sys.stderr.write("mu-bridge: no harness %r (the harnesses: %s)\n%s\n" % (
+            harness, ", ".join(sorted(HARNESS_PROGRAMS)), USAGE))
+        return 2
+    variable, default = HARNESS_PROGRAMS[harness]
+    folder = os.environ.get(DIR_VAR) or None
+    program = os.environ.get(variable) or default
+    poll = POLL_S
+    extra = []
+    while args:
+        arg = args.pop(0)
+        if arg == "--":
+            extra = args
+            break
+        if arg in ("--dir", "--program", "--poll") and args:
+            value = args.pop(0)
+        else:
+            sys.stderr.write("mu-bridge: unknown argument %s\n%s\n" % (arg, USAGE))
+            return 2
+        if arg == "--dir":
+            folder = value
+        elif arg == "--program":
+            program = value
+        else:
+            try:
+                poll = max(0.01, float(value))
+            except ValueError:
+                sys.stderr.write("mu-bridge: --poll takes seconds\n")
+                return 2
+    if not folder:
+        sys.stderr.write("mu-bridge: no folder: give --dir or set %s\n%s\n" % (DIR_VAR, USAGE))
+        return 2
+    try:
+        command = shlex.split(program)
+    except ValueError:
+        command = []
+    if not command:
+        sys.stderr.write("mu-bridge: the %s program %r is not a command line\n" % (harness, program))
+        return 2
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue())
+    bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
+
+    def stop(signum, _frame):
+        bridge.stopping = signum
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, stop)
+    try:
+        bridge.start()
+        return bridge.run()
+    except BridgeError as exc:
+        sys.stderr.write("mu-bridge: %s\n" % exc)
+        agent.stop()
+        return 1
+    except OSError as exc:
+        agent.stop()
+        if not os.path.isdir(bridge.inbox):
+            return 0
+        sys.stderr.write("mu-bridge: %s\n" % exc)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

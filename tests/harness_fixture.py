@@ -1,0 +1,96 @@
+"""The real coding agents for the harness tests, and the stub model they talk to.
+
+tests/harnesses/install.sh installs the pinned versions (its lock file)
+into a cache outside the checkout, one folder per lock-file hash; this
+finds them there by the same hash.  A missing harness fails the test under
+CI (CI=true) and skips it elsewhere, naming the command that installs it.
+
+`claude_env` is what a test gives Claude Code: the stub's address, a key
+of no value, no traffic elsewhere, and the checkout's bin/ on PATH (so the
+job's `mu-bridge` is this checkout's).  HOME is the test's own (conftest's
+`isolated`), so Claude's config and transcripts stay in the test's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = ROOT / "tests" / "harnesses"
+INSTALL = "sh tests/harnesses/install.sh"
+
+
+def cache_folder() -> Path:
+    """Where install.sh puts this lock file's harnesses."""
+    digest = hashlib.sha256((LOCK / "package.json").read_bytes() + (LOCK / "package-lock.json").read_bytes())
+    base = os.environ.get("MU_HARNESS_CACHE") or "/var/cache/mu-harnesses"
+    return Path(base) / digest.hexdigest()[:16]
+
+
+def harness_program(name: str) -> Path:
+    """The installed harness's program, or the test fails (CI) or skips."""
+    program = cache_folder() / "node_modules" / ".bin" / name
+    if program.exists() and os.access(program, os.X_OK):
+        return program
+    why = f"the {name} harness is not installed at {program}: `{INSTALL}` installs it"
+    if os.environ.get("CI") == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture
+def stub_model() -> Iterator:
+    from harnesses.stub_model import StubModel
+
+    stub = StubModel().start()
+    yield stub
+    stub.stop()
+
+
+@pytest.fixture
+def claude_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu (and so its plugin, job and bridge) runs Claude Code in."""
+    program = harness_program("claude")
+    for name, value in {
+        "MU_HARNESS_CLAUDE": str(program),
+        "ANTHROPIC_BASE_URL": stub_model.url,
+        "ANTHROPIC_API_KEY": "sk-stub-not-a-key",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    return stub_model
+
+
+@pytest.fixture
+def codex_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs Codex in: its CODEX_HOME names the
+    stub as its model provider, with no retries."""
+    program = harness_program("codex")
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "stub-model"\nmodel_provider = "stub"\n\n[model_providers.stub]\nname = "stub"\n'
+        f'base_url = "{stub_model.url}/v1"\nenv_key = "STUB_MODEL_KEY"\nwire_api = "responses"\n'
+        "request_max_retries = 0\nstream_max_retries = 0\n")
+    for name, value in {
+        "MU_HARNESS_CODEX": str(program),
+        "CODEX_HOME": str(home),
+        "STUB_MODEL_KEY": "sk-stub-not-a-key",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stub_model

@@ -1,0 +1,156 @@
+"""mu-bridge itself (mu/harness/bridge.py), on its own turn files: what it
+promises when a harness or the bridge dies, when the harness is missing,
+and that it stays a standard-library program.
+
+The harness is the real `claude` against the stub model; the bridge is
+started as a job starts it (bin/mu-bridge, the job folder in
+MU_DEMO_AGENT_DIR), and the test delivers into its inbox as a channel does.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import harness_fixture
+import psutil
+import pytest
+from conftest import ROOT, wait_for
+
+claude_env, stub_model = harness_fixture.claude_env, harness_fixture.stub_model  # the fixtures
+BRIDGE = ROOT / "bin" / "mu-bridge"
+
+
+class Bridge:
+    def __init__(self, folder: Path, cwd: Path) -> None:
+        self.folder, self.cwd, self.proc = folder, cwd, None
+        self.log = folder.parent / "bridge.log"
+
+    def start(self, wait: bool = True) -> "Bridge":
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, str(BRIDGE), "claude"], cwd=self.cwd,
+                                         env=dict(os.environ, MU_DEMO_AGENT_DIR=str(self.folder), MU_AGENT="w/a"),
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        if wait:
+            wait_for(lambda: self.turn() is not None and self.turn()["pid"] == self.proc.pid, 30, "the bridge")
+        return self
+
+    def turn(self):
+        try:
+            return json.loads((self.folder / "turn.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def deliver(self, msg_id: str, text: str = "", kind: str = "send") -> None:
+        inbox = self.folder / "inbox"
+        (inbox / ".tmp").write_text(json.dumps({"msgId": msg_id, "kind": kind, "text": text,
+                                                "at": int(time.time() * 1000)}))
+        os.rename(inbox / ".tmp", inbox / (msg_id + ".json"))
+
+    def wait_runs(self, runs: int) -> dict:
+        wait_for(lambda: self.turn()["runs"] == runs and self.turn()["state"] == "idle", 30,
+                 f"runs {runs}: {self.turn()}")
+        return self.turn()
+
+    def harness(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid).children()[0]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+
+
+@pytest.fixture
+def bridge(claude_env, tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    made = Bridge(tmp_path / "job", cwd)
+    yield made
+    made.stop()
+
+
+def test_the_bridge_imports_nothing_but_the_standard_library():
+    tree = ast.parse((ROOT / "mu" / "harness" / "bridge.py").read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+
+
+def test_a_harness_killed_mid_turn_is_restarted_and_the_turn_settles_with_the_reason(bridge, claude_env):
+    bridge.start()
+    bridge.deliver("m-1", "STUB_SLOW please")
+    wait_for(lambda: claude_env.seen("STUB_SLOW"), 20, "the slow turn")
+    first = bridge.harness()
+    first.kill()
+    turn = bridge.wait_runs(1)
+    assert turn["lastError"].startswith("the harness exited (")
+    assert turn["incarnation"] == 1  # its session was resumed
+    assert json.loads((bridge.folder / "turns" / "1-1.json").read_text())["lastError"] == turn["lastError"]
+    # the new harness takes the next message on the same session
+    bridge.deliver("m-2", "after the crash")
+    turn = bridge.wait_runs(2)
+    assert (turn["lastText"], turn["incarnation"]) == ("STUB: after the crash", 1)
+    assert bridge.harness().pid != first.pid
+    assert sorted(os.listdir(bridge.folder / "taken")) == ["m-1.json", "m-2.json"]
+
+
+def test_a_bridge_killed_mid_turn_settles_that_turn_once_when_it_starts_again(bridge, claude_env):
+    bridge.start()
+    bridge.deliver("m-1", "STUB_SLOW please")
+    wait_for(lambda: claude_env.seen("STUB_SLOW"), 20, "the slow turn")
+    harness = bridge.harness()
+    os.kill(bridge.proc.pid, signal.SIGKILL)
+    bridge.proc.wait()
+    harness.wait(15)  # its stdin closed with the bridge: it ends
+    bridge.start()
+    turn = bridge.wait_runs(1)
+    # Claude's transcript holds the message's uuid: it had it, so it is not given twice
+    assert turn["lastError"] == "the bridge restarted during the turn"
+    assert turn["incarnation"] == 1
+    assert sum(1 for r in claude_env.turns() if "STUB_SLOW" in json.dumps(r["body"]["messages"][-1:])) <= 1
+    assert os.listdir(bridge.folder / "inbox") == []
+
+
+def test_a_missing_harness_program_ends_the_bridge_with_one_line_and_no_turn_record(bridge, monkeypatch, tmp_path):
+    monkeypatch.setenv("MU_HARNESS_CLAUDE", str(tmp_path / "no-such-claude"))
+    bridge.start(wait=False)
+    assert bridge.proc.wait(30) == 1
+    said = bridge.log.read_text()
+    assert said.startswith("mu-bridge: cannot start ") and "no-such-claude" in said and "Traceback" not in said
+    assert bridge.turn() is None  # never ready: a spawn's readiness does not see it
+
+
+def test_a_missing_harness_fails_under_ci_and_skips_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setenv("MU_HARNESS_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="tests/harnesses/install.sh"):
+        harness_fixture.harness_program("claude")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="tests/harnesses/install.sh"):
+        harness_fixture.harness_program("claude")
+
+
+def test_a_session_that_cannot_be_resumed_starts_a_new_incarnation(bridge, claude_env, tmp_path):
+    bridge.start()
+    bridge.deliver("m-1", "first")
+    bridge.wait_runs(1)
+    session = bridge.turn()["session"]
+    bridge.stop()
+    transcripts = list((tmp_path / "home" / ".claude" / "projects").rglob(session + ".jsonl"))
+    assert transcripts
+    for path in transcripts:
+        path.unlink()  # the harness's own record of the session is gone
+    bridge.start()
+    turn = bridge.turn()
+    assert (turn["incarnation"], turn["runs"], turn["state"]) == (2, 0, "idle") and turn["session"] != session
+    assert json.loads((bridge.folder / "turns" / "1-1.json").read_text())["lastText"] == "STUB: first"
+    bridge.deliver("m-2", "second")
+    turn = bridge.wait_runs(1)
+    assert (turn["incarnation"], turn["lastText"]) == (2, "STUB: second")

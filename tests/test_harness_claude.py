@@ -1,0 +1,112 @@
+"""Claude Code under mu, end to end: the real `claude` program (tests/harnesses,
+pinned) behind mu-bridge, on the local provider, against the tests' own stub
+model on 127.0.0.1 (tests/harnesses/stub_model.py).
+
+Each test registers examples/mu-plugin-local, acquires a host `box`, spawns
+`w/a` there with `--harness claude` in a worktree of a fresh repository,
+drives it with bin/mu, and closes and releases at the end.  The stub answers
+at once, so a test takes about as long as mu and Claude's own start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import harness_fixture
+import pytest
+from conftest import ROOT, run_mu, wait_for
+
+claude_env, stub_model = harness_fixture.claude_env, harness_fixture.stub_model  # the fixtures
+LOCAL = ROOT / "examples" / "mu-plugin-local"
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def mu(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    out = run_mu(*args, timeout=timeout)
+    assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return out
+
+
+@pytest.fixture
+def box(claude_env, tmp_path, monkeypatch):
+    """Host `box` on the local provider, and a repository the test runs mu in."""
+    monkeypatch.setenv("MU_PANES", "headless")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", cwd=repo)
+    (repo / "notes.txt").write_text("notes\n")
+    git("add", "notes.txt", cwd=repo)
+    git("commit", "-qm", "base", cwd=repo)
+    monkeypatch.chdir(repo)
+    mu("plugin", "add", "local", "--", str(LOCAL), "--root", str(tmp_path / "local"))
+    mu("host", "acquire", "box", "--provider", "local")
+    yield repo
+    for agent in json.loads(run_mu("agent", "list", "--json").stdout or "[]"):
+        run_mu("agent", "close", agent["agent"])
+    run_mu("host", "release", "box")
+
+
+def settled(*after: str) -> dict:
+    """`mu wait w/a [--after N]`'s observation, once it settled."""
+    out = json.loads(mu("wait", "w/a", *(("--after",) + after if after else ()), "--timeout", "30", "--json").stdout)
+    assert out["event"] == "settled", out
+    return out["observation"]
+
+
+def state_of(agent: str) -> dict:
+    return next(a for a in json.loads(mu("state", "--json").stdout)["agents"] if a["agent"] == agent)
+
+
+def test_claude_runs_the_agent_path_send_permission_collect_interrupt_fresh(box, claude_env):
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree",
+                 "--send", "hello from the test")
+    first = spawned.stdout.split()[-1] if spawned.stdout else ""
+    assert settled()["lastText"] == "STUB: hello from the test"
+    assert claude_env.seen("hello from the test")
+
+    # a tool call: Claude asks first, the turn shows blocked with the question
+    sent = mu("send", "w/a", "please STUB_TOOL")
+    assert "accepted" in sent.stdout
+    wait_for(lambda: state_of("w/a")["turn"] == "blocked", 20, "the permission request")
+    # mu state and mu agent show say what it asks, and how to answer
+    asked = state_of("w/a")["reason"]
+    assert "Bash wants to run: printf" in asked and "(mu answer w/a allow | deny)" in asked
+    shown = json.loads(mu("agent", "show", "w/a", "--json").stdout)
+    assert (shown["turn"], shown["turnReason"]) == ("blocked", asked)
+
+    mu("answer", "w/a", "allow")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+    assert git("show", "mu/w/a:stub-note.txt", cwd=box) == "written by the stub model"
+    # the pane shows a readable transcript: the messages, the text, the tool call and the question
+    read = mu("agent", "read", "w/a", "-n", "40").stdout
+    for line in ("> [", "claude: STUB: hello from the test", "tool Bash: run: printf",
+                 "answer with: mu answer w/a allow | deny", "= turn 1.2 settled: STUB: tool done"):
+        assert line in read, read
+    assert "sk-stub-not-a-key" not in read
+    assert first  # the spawn named its first prompt's msgId
+
+    # an interrupt of a slow turn settles it at once, with its reason
+    mu("send", "w/a", "STUB_SLOW please")
+    wait_for(lambda: claude_env.seen("STUB_SLOW"), 20, "the slow turn to reach the model")
+    assert state_of("w/a")["turn"] == "busy"
+    mu("interrupt", "w/a", "never mind, say hi")
+    waited = settled("2")
+    assert waited["runs"] == 3 and waited["lastError"] == "interrupted"
+    # the interrupt's own turn follows, and its text is the stub's answer to it
+    waited = settled("3")
+    assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
+    assert "lastError" not in waited
+
+    mu("send", "w/a", "start over", "--fresh")
+    waited = settled("0")
+    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
+    mu("agent", "close", "w/a")

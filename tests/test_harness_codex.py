@@ -1,0 +1,55 @@
+"""Codex under mu, end to end: the real `codex app-server` (tests/harnesses,
+pinned) behind mu-bridge, on the local provider, against the tests' own stub
+model (the OpenAI Responses API), as tests/test_harness_claude.py does for
+Claude Code, with the same helpers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import harness_fixture
+import test_harness_claude as claude_tests
+from conftest import wait_for
+
+codex_env, stub_model = harness_fixture.codex_env, harness_fixture.stub_model  # the fixtures
+git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
+
+
+@claude_tests.pytest.fixture
+def box(codex_env, tmp_path, monkeypatch):
+    yield from claude_tests.box.__wrapped__(codex_env, tmp_path, monkeypatch)
+
+
+def test_codex_runs_the_agent_path_send_approve_collect_interrupt_fresh(box, codex_env):
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "codex", "--worktree", "--send", "hello codex")
+    assert settled()["lastText"] == "STUB: hello codex"
+
+    # a shell command: Codex asks for approval, the turn shows blocked with it
+    mu("send", "w/a", "please STUB_TOOL")
+    wait_for(lambda: state_of("w/a")["turn"] == "blocked", 20, "the approval request")
+    asked = state_of("w/a")["reason"]
+    assert "shell wants to run: " in asked and "stub-note.txt" in asked and "(mu answer w/a allow | deny)" in asked
+    mu("answer", "w/a", "allow")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+
+    # an interrupt settles the slow turn with its reason; its own text is the next turn
+    mu("send", "w/a", "STUB_SLOW please")
+    wait_for(lambda: codex_env.seen_responses("STUB_SLOW"), 20, "the slow turn to reach the model")
+    mu("interrupt", "w/a", "never mind, say hi")
+    waited = settled("2")
+    assert (waited["runs"], waited["lastError"]) == (3, "interrupted")
+    waited = settled("3")
+    assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
+
+    mu("send", "w/a", "start over", "--fresh")
+    waited = settled("0")
+    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
+    read = mu("agent", "read", "w/a", "-n", "60").stdout
+    assert "codex: STUB: hello codex" in read and "tool shell: run: " in read
+    assert "sk-stub-not-a-key" not in read
+    mu("agent", "close", "w/a")
+    assert json.loads(mu("agent", "list", "--json").stdout) == []

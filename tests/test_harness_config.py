@@ -1,0 +1,60 @@
+"""Which harness a spawn runs and where its program is (mu.agents.harnesses):
+the environment, then the config file, then mu's default; a bad value is
+one `mu:` line before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_mu
+
+from mu.agents import harnesses
+from mu.errors import UsageError
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    monkeypatch.setenv("MU_CONFIG", str(path))
+    for name in ("MU_HARNESS", "MU_HARNESS_CLAUDE", "MU_HARNESS_CODEX"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+def test_the_default_harness_comes_from_the_environment_then_the_file_then_sh(config, monkeypatch):
+    assert harnesses.default() == "sh"
+    config.write_text("harness: claude\n")
+    assert harnesses.default() == "claude"
+    monkeypatch.setenv("MU_HARNESS", "codex")
+    assert harnesses.default() == "codex"
+
+
+def test_a_harness_program_comes_from_the_environment_then_the_file(config, monkeypatch):
+    assert harnesses.command_line("claude", "mu-bridge claude") == "mu-bridge claude"
+    config.write_text("harnesses:\n  claude:\n    program: /opt/my claude/claude --model x\n")
+    assert harnesses.command_line("claude", "mu-bridge claude") == \
+        "mu-bridge claude --program '/opt/my claude/claude --model x'"
+    monkeypatch.setenv("MU_HARNESS_CLAUDE", "/usr/local/bin/claude")
+    assert harnesses.command_line("claude", "mu-bridge claude") == \
+        "mu-bridge claude --program /usr/local/bin/claude"
+    assert harnesses.command_line("demo", "mu-demo-agent") == "mu-demo-agent"  # not a bridged harness
+
+
+@pytest.mark.parametrize("text, says", [
+    ("harness: [1, 2]\n", "the config file's harness must be a harness's name"),
+    ("harnesses:\n  claude:\n    program: ''\n", "harnesses.claude.program must be a command line"),
+    ("harness: 'x\n", "cannot read the config file"),
+    ("- a list\n", "is not a mapping"),
+])
+def test_a_bad_config_is_a_usage_error(config, text, says):
+    config.write_text(text)
+    with pytest.raises(UsageError, match=says):
+        harnesses.command_line("claude", "mu-bridge claude")
+        harnesses.default()
+
+
+def test_a_spawn_with_an_unknown_default_harness_is_refused_before_any_call(config, monkeypatch):
+    monkeypatch.setenv("MU_HARNESS", "nope")
+    out = run_mu("agent", "spawn", "w/a", "--host", "box")
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == "mu: mu knows no harness 'nope'"
+    assert "claude" in out.stderr and "codex" in out.stderr and "Traceback" not in out.stderr
