@@ -41,7 +41,7 @@ gone is reported lost and the close finishes.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu import panes
 from mu.agents import collect, hosting, jobseam, readings, split_agent
@@ -53,7 +53,7 @@ from mu.errors import MuError, NotFound, Permanent, Refused
 from mu.panes import PaneError, PaneRef
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
-from mu.store import agents, db, hosts, intents, jobs, locks, trees
+from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, trees
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
@@ -340,8 +340,12 @@ def close(agent_name: str) -> Closed:
         job = jobs.find(agent.job) if agent else jobs.of_agent(agent_name)
         if agent is None and job is None:
             if trees.of_agent(agent_name) is None:
+                if _close_deliveries(agent_name):
+                    return Closed(agent_name, "", False)  # a close cut short after its job's records went
                 raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
-            return _final(agent_name, "", False)  # only its tree is left: a spawn cut short
+            closed = _final(agent_name, "", False)  # only its tree is left: a spawn cut short
+            _close_deliveries(agent_name)
+            return closed
         ref = pane_of(agent) if agent else None
         if job is None:
             # the row outlived its job record: only the pane is left to end
@@ -387,6 +391,7 @@ def close(agent_name: str) -> Closed:
             _kill(ref)
         journal().record(f"agent close {agent_name}: job {job.token} stopped", plugin=client.name)
         if not owes:
+            _close_deliveries(agent_name)  # after the stop's own transaction; a crash between, the next close
             return Closed(agent_name, resolved, True)
         closed = _final(agent_name, resolved, True, client)
         _forget_job(jobs.find(job.token) or job)
@@ -422,11 +427,29 @@ def _forget_job(job: Job) -> None:
         if job.agent:
             workstream, _, name = job.agent.partition("/")
             agents.delete(conn, workstream, name)
+            _close_open(conn, workstream, name)
         jobs.delete(conn, job.token)
 
 
 def _forget_row(workstream: str, name: str) -> None:
-    from mu.store import db
-
     with db.transaction() as conn:
         agents.delete(conn, workstream, name)
+        _close_open(conn, workstream, name)
+
+
+def _close_deliveries(agent_name: str) -> List[str]:
+    """The agent's open deliveries end `closed`, in a transaction of their
+    own (see `_close_open`); the msgIds closed."""
+    workstream, name = split_agent(agent_name)
+    with db.transaction() as conn:
+        return _close_open(conn, workstream, name)
+
+
+def _close_open(conn: Any, workstream: str, name: str) -> List[str]:
+    """Once the agent's job is proven stopped (or never was), no delivery to
+    it can land or be resolved: each open one ends `closed`, its intent
+    gone, so `mu state` names no agent that no longer exists."""
+    closed = deliveries.close_open(conn, workstream, name)
+    for msg_id in closed:
+        journal().record(f"delivery {msg_id} to {workstream}/{name}: {deliveries.CLOSED_REASON}")
+    return closed
