@@ -37,6 +37,12 @@ def run(args: Dict[str, Any]) -> int:
         sys.stdout.flush()
 
     result = api.wait(args["<agent>"], after, timeout, report)
+    collected = result.collected or {}
+    if collected and not collected.get("ok"):
+        # the event stands (its exit code too); the collect after it is told apart
+        print(f"mu: the collect after the event did not move the branch of {result.agent}: {collected.get('error')}",
+              file=sys.stderr)
+        print(f"(`mu collect {result.agent}` tries again and says what to run)", file=sys.stderr)
     return result.exit_code
 
 

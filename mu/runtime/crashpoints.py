@@ -18,7 +18,9 @@ Points: `request-written` (a plugin request is on the wire, its reply not
 yet read; the subject is the method); `plugin-forked` (a plugin's process
 exists, mu does not track it yet; the subject is the plugin's name);
 `delivery-claimed` (a resolution has claimed an earlier delivery's intent
-and asked nothing yet; the subject is the delivery's method).
+and asked nothing yet; the subject is the delivery's method);
+`collect-checked` and `final-collected` (see `mu.agents.collect`; the
+subject is the agent).
 """
 
 from __future__ import annotations
