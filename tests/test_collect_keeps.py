@@ -140,6 +140,17 @@ def test_a_close_cut_short_after_its_final_collect_does_not_call_it_lost(host, c
     assert rows(isolated, "trees") == [] and rows(isolated, "agents") == [] and rows(isolated, "jobs") == []
 
 
+def test_a_commit_made_in_the_tree_after_a_cut_short_final_collect_is_collected_too(host, checkout, tmp_path):
+    spawn_working(tmp_path)
+    cut = run_mu("agent", "close", "w/a", env={"MU_CRASH_AT": "final-collected@w/a"})
+    assert cut.returncode == -signal.SIGKILL, cut.stderr
+    later = agent_commits(host, "after-the-cut.txt")  # someone committed in the kept tree meanwhile
+    again = run_mu("agent", "close", "w/a")
+    assert again.returncode == 0, again.stderr
+    assert f"collected mu/w/a at {later}" in again.stdout
+    assert branch(checkout) == later and not host.tree().exists()
+
+
 # -- mu wait's own collect, with the demo agent --------------------------------------
 
 

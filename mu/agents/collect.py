@@ -229,6 +229,16 @@ def _would_drop(tree: Tree, checkout: str, branch: str, previous: str, commit: s
                      f" <new-name>`), then `{again}` again")
 
 
+def _collected(tree: Tree, host: Any, link: Link, deadline: Deadline) -> Collected:
+    """The final collect, recorded on the tree's row: from then on the tree
+    owes nothing, and a close cut short before its removal finishes only
+    the removal, tree gone or not."""
+    got = _collect(tree, host, link, deadline, final=True)
+    with db.transaction() as conn:
+        trees.record_collected(conn, tree.host, tree.path, got.commit)
+    return got
+
+
 class Final(NamedTuple):
     """What a close's final collect did: what it collected, or why nothing
     could be (the loss, recorded)."""
@@ -249,14 +259,18 @@ def final(tree: Tree, deadline: Optional[Deadline] = None, client: Optional[Plug
         host = _host_of(tree)
         link = site.link_for(host, client)
         if tree.owes_collect:
-            got = _collect(tree, host, link, deadline, final=True)
-            with db.transaction() as conn:
-                # from here the tree owes nothing: a close cut short before
-                # its removal finishes only the removal, tree gone or not
-                trees.record_collected(conn, tree.host, tree.path, got.commit)
+            got = _collected(tree, host, link, deadline)
         if crashpoints.ARMED:
             crashpoints.reach("final-collected", tree.agent or "")
-        site.remove_tree(link, tree, got.commit if got else tree.from_commit or "")
+        try:
+            site.remove_tree(link, tree, got.commit if got else tree.from_commit or "")
+        except site.TreeMoved:
+            if got is not None:
+                raise
+            # committed in since its collect (or since it was made): collect
+            # that too, then remove the tree at the commit collected
+            got = _collected(tree, host, link, deadline)
+            site.remove_tree(link, tree, got.commit)
     except TreeGone as gone:
         with db.transaction() as conn:
             trees.delete(conn, tree.host, tree.path)
