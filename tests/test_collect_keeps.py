@@ -218,3 +218,5 @@ def test_close_ends_its_agents_open_deliveries(reclaiming_host, checkout, isolat
     assert json.loads(state.stdout)["notices"] == []
     (row,) = rows(isolated, "deliveries")
     assert row["state"] == "closed" and rows(isolated, "effects") == []
+    checked = run_mu("agent", "check", "w/a", row["msg_id"])  # its outcome was never known, and says so
+    assert checked.returncode == 1 and "closed" in one_error_line(checked), checked.stderr
