@@ -35,8 +35,14 @@ A job that runs in a worktree (DESIGN "Collects") is stopped with its
 records kept, marked ended; then its final collect runs
 (`mu.agents.collect.final`), and only then do the tree and the records
 go.  A final collect that fails stops the close there (exit 5) with the
-tree and the records kept, and the next close retries it; a tree that is
-gone is reported lost and the close finishes.
+tree and the records kept, and the next close retries it (so does one
+that would drop a commit on the branch); a tree that is gone is reported
+lost and the close finishes.
+
+Once the job is proven stopped, a delivery to the agent whose outcome mu
+does not know can no longer land: the close ends it `closed` (its intent
+goes), in the transaction that forgets the agent where there is one, so
+no notice names an agent that is gone.
 """
 
 from __future__ import annotations
@@ -391,7 +397,9 @@ def close(agent_name: str) -> Closed:
             _kill(ref)
         journal().record(f"agent close {agent_name}: job {job.token} stopped", plugin=client.name)
         if not owes:
-            _close_deliveries(agent_name)  # after the stop's own transaction; a crash between, the next close
+            # in a transaction after the stop's own: after a crash between the
+            # two, the next close of the name ends them
+            _close_deliveries(agent_name)
             return Closed(agent_name, resolved, True)
         closed = _final(agent_name, resolved, True, client)
         _forget_job(jobs.find(job.token) or job)
