@@ -779,10 +779,11 @@ class CollectResult:
     commit: str
     previous: Optional[str]
     new: int
+    holds: int = 0  # the commits past the tree's start the branch now holds, whichever collect brought them
 
     def as_json(self) -> Dict[str, Any]:
         return {"agent": self.agent, "checkout": self.checkout, "branch": self.branch, "commit": self.commit,
-                "previous": self.previous, "new": self.new}
+                "previous": self.previous, "new": self.new, "holds": self.holds}
 
 
 def collect(agent: str, timeout_s: Optional[float] = None, into: Optional[str] = None) -> CollectResult:

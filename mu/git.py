@@ -10,8 +10,8 @@ naming it; so is one that fails where mu needed it to succeed.
 What a caller may rely on:
 
 - `move_branch` changes one ref, `refs/heads/mu/<workstream>/<name>`, with
-  `git update-ref` and the old value it expects (so two collects cannot
-  overwrite each other unseen), and refuses when that branch is checked
+  `git update-ref` and the old value it expects (so neither two collects
+  nor a person and a collect overwrite each other unseen), and refuses when that branch is checked
   out in any worktree of the repository.  It never touches the user's
   checked-out branch, index or working tree, and writes a reflog entry, so
   an earlier value is never lost.
@@ -200,13 +200,34 @@ def can_move(repo: str, ref: str, deadline: Deadline) -> None:
                       "rename it (`git branch -m`) so mu can keep agents' commits under refs/heads/mu/")
 
 
+class RefMoved(GitFailed):
+    """`move_branch` found the branch no longer at the value it was told to
+    expect: someone moved it meanwhile, and nothing was changed (exit 5)."""
+
+
 def move_branch(repo: str, ref: str, new: str, old: Optional[str], deadline: Deadline, why: str) -> None:
     """Set branch `ref` to `new` if it still holds `old` (None: if it does
-    not exist).  Refuses a checked-out branch; touches nothing else."""
+    not exist), as one compare-and-swap (`git update-ref <ref> <new>
+    <old>`): a branch someone moved after the caller read it is left as
+    they left it (`RefMoved`).  Refuses a checked-out branch; touches
+    nothing else."""
     can_move(repo, ref, deadline)
     ran = run(["update-ref", "--create-reflog", "-m", why, ref, new, old or ""], repo, deadline)
-    if ran.code != 0:
-        raise GitFailed(f"could not move {ref} in {repo} to {new[:12]}", detail=first_line(ran.err))
+    if ran.code == 0:
+        return
+    now = ref_value(repo, ref, deadline)
+    if now != old:
+        branch = ref[len("refs/heads/"):]
+        raise RefMoved(f"branch {branch} in {repo} moved to {now[:12] if now else 'nothing'} while mu was collecting"
+                       f" into it (it read {old[:12] if old else 'no branch'}): it is left as it is",
+                       detail=first_line(ran.err))
+    raise GitFailed(f"could not move {ref} in {repo} to {new[:12]}", detail=first_line(ran.err))
+
+
+def subject_of(repo: str, commit: str, deadline: Deadline) -> str:
+    """The first line of `commit`'s message ("" when it cannot be read)."""
+    ran = run(["log", "-1", "--format=%s", commit, "--"], repo, deadline)
+    return ran.out.strip() if ran.code == 0 else ""
 
 
 def count_between(repo: str, new: str, old: Optional[str], deadline: Deadline) -> int:

@@ -100,14 +100,14 @@ def test_collect_moves_the_branch_and_never_touches_the_users_work(host, checkou
     got = json.loads(out.stdout)
     head = tree_head(host)
     assert got == {"agent": "w/a", "checkout": str(checkout), "branch": "mu/w/a", "commit": head, "previous": None,
-                   "new": 1}
+                   "new": 1, "holds": 1}
     assert git("rev-parse", "refs/heads/mu/w/a", cwd=checkout) == head
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "agent-work"
     assert snapshot(checkout) == before
     # a second collect with nothing new moves nothing and says so
     again = run_mu("collect", "w/a")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == f"mu/w/a at {head} (0 new commits) in {checkout}"
+    assert again.stdout.strip() == f"mu/w/a at {head} in {checkout}: 1 commit of the agent's, 0 new with this collect"
     assert snapshot(checkout) == before
 
 

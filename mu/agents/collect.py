@@ -15,6 +15,22 @@ it.  A tree that is gone (its host lost, or its folder no longer on the
 host) cannot be collected: `final` says so, records the loss and lets the
 close finish.
 
+A collect never drops a commit.  The branch moves only to a commit that
+holds the branch's (`WouldDrop`, exit 5, names the newest commit a move
+would drop and leaves the branch as it is: a person's commit on it, or an
+agent that rewrote its history), and the move itself is a compare-and-swap
+against the value mu read, so a person who moves the branch meanwhile
+keeps theirs (`mu.git.RefMoved`, exit 5).  A final collect that refuses
+keeps the tree and the records like any that fails.  Once the final
+collect is done the tree's row says so (`trees.record_collected`): a close
+cut short before the tree's removal finishes only the removal later, and
+never reports as lost what it collected.
+
+Crash points (`MU_CRASH_AT`, see `mu.runtime.crashpoints`):
+`collect-checked` (the branch is proven safe to move, not yet moved) and
+`final-collected` (the final collect is done and recorded, the tree not
+yet removed), both narrowed by the agent's name.
+
 What the fetch brought is proven, not assumed: mu deletes `FETCH_HEAD`
 first, the commit `FETCH_HEAD` then names must be in the checkout's
 repository, and the tree's HEAD, read on the host after the fetch, must be
@@ -32,7 +48,8 @@ from typing import Any, Dict, NamedTuple, Optional
 from mu import git
 from mu.agents import hosting, site, split_agent
 from mu.deadline import GRACE_S, Deadline
-from mu.errors import CallError, MuError, NotFound, PluginRefused, Refused, StateError
+from mu.errors import CallError, MuError, NotFound, Permanent, PluginRefused, Refused, StateError
+from mu.runtime import crashpoints
 from mu.runtime.client import PluginClient
 from mu.seams.link import DEFAULT_TIMEOUT_MS, Link
 from mu.store import agents, db, hosts, jobs, locks, trees
@@ -45,7 +62,9 @@ COLLECT_S = 120.0  # a collect's default deadline: a fetch, two looks at the tre
 class Collected(NamedTuple):
     """One collect: `branch` (`mu/<workstream>/<name>`) in `checkout` now
     names `commit`; `new` is how many commits it has that the branch had
-    before (that the tree started from, when the branch is new)."""
+    before (that the tree started from, when the branch is new): what this
+    collect added; `holds` how many it has that the tree started from: all
+    the agent's commits the branch holds, whichever collect brought them."""
 
     agent: str
     checkout: str
@@ -53,10 +72,11 @@ class Collected(NamedTuple):
     commit: str
     previous: Optional[str]
     new: int
+    holds: int = 0
 
     def as_json(self) -> Dict[str, Any]:
         return {"agent": self.agent, "checkout": self.checkout, "branch": self.branch, "commit": self.commit,
-                "previous": self.previous, "new": self.new}
+                "previous": self.previous, "new": self.new, "holds": self.holds}
 
 
 class TreeGone(Refused):
@@ -66,6 +86,13 @@ class TreeGone(Refused):
 
 class FinalCollectFailed(CallError):
     """A close's final collect failed: the tree and its record are kept (exit 5)."""
+
+
+class WouldDrop(Permanent):
+    """The branch holds a commit that what the fetch brought does not (a
+    person's commit on it, or the agent rewrote its history): moving the
+    branch would leave that commit on no branch, so the branch is left as
+    it is (exit 5).  Trying again changes nothing until a person acts."""
 
 
 def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional[str] = None) -> Collected:
@@ -159,16 +186,57 @@ def _collect(tree: Tree, host: Any, link: Link, deadline: Deadline, final: bool)
             raise TreeGone(f"tree {tree.path} of {tree.agent} is no longer on host {tree.host}: its commits"
                            " cannot be collected")
         # in life the agent may have committed since the fetch, so the HEAD may
-        # descend from what it brought, but never take the branch backwards
-        behind = previous is not None and not git.is_ancestor(checkout, previous, commit, deadline)
-        if head != commit and (final or not ancestor or behind):
+        # descend from what it brought
+        if head != commit and (final or not ancestor):
             raise git.GitFailed(f"the fetch from host {tree.host} brought {commit[:12]}, but tree {tree.path}'s HEAD"
                                 f" is {head[:12]}")
         branch = ref[len("refs/heads/"):]
+        if previous is not None and not git.is_ancestor(checkout, previous, commit, deadline):
+            raise _would_drop(tree, checkout, branch, previous, commit, final, deadline)
+        # a person may move the branch from here on: the move is a
+        # compare-and-swap against `previous`, so theirs stands (RefMoved)
+        if crashpoints.ARMED:
+            crashpoints.reach("collect-checked", tree.agent or "")
         git.move_branch(checkout, ref, commit, previous, deadline, f"mu collect {tree.agent}")
-        new = git.count_between(checkout, commit, previous or tree.from_commit, deadline)
-    journal().record(f"collect {tree.agent}: {branch} at {commit[:12]} ({new} new) in {checkout}", plugin=host.plugin)
-    return Collected(tree.agent or "", checkout, branch, commit, previous, new)
+        new = git.count_between(checkout, commit, previous or _start(checkout, tree, deadline), deadline)
+        holds = git.count_between(checkout, commit, _start(checkout, tree, deadline), deadline)
+    journal().record(f"collect {tree.agent}: {branch} at {commit[:12]} ({new} new, {holds} of the agent's) in"
+                     f" {checkout}", plugin=host.plugin)
+    return Collected(tree.agent or "", checkout, branch, commit, previous, new, holds)
+
+
+def _start(checkout: str, tree: Tree, deadline: Deadline) -> Optional[str]:
+    """The commit the tree started from, when the checkout holds it."""
+    start = tree.from_commit
+    return start if start and git.has_commit(checkout, start, deadline) else None
+
+
+def _would_drop(tree: Tree, checkout: str, branch: str, previous: str, commit: str, final: bool,
+                deadline: Deadline) -> WouldDrop:
+    """The refusal of a collect that would take `branch` off `previous`,
+    naming the newest commit it would drop and what a person runs."""
+    dropped = git.count_between(checkout, previous, commit, deadline)
+    said = git.subject_of(checkout, previous, deadline)
+    what = f"commit {previous[:12]}{f' ({said!r})' if said else ''}"
+    if dropped > 1:
+        what = f"{dropped} commits, the newest {what},"
+    again = f"mu agent close {tree.agent}" if final else f"mu collect {tree.agent}"
+    journal().record(f"collect {tree.agent}: {branch} holds {previous[:12]}, which {commit[:12]} does not; left as"
+                     " it is")
+    return WouldDrop(f"branch {branch} in {checkout} holds {what} that the agent's tree at {commit[:12]} does not:"
+                     f" collecting would drop it, so {branch} is left as it is",
+                     f"keep that work on a branch of your own (`git -C {shlex.quote(checkout)} branch -m {branch}"
+                     f" <new-name>`), then `{again}` again")
+
+
+def _collected(tree: Tree, host: Any, link: Link, deadline: Deadline) -> Collected:
+    """The final collect, recorded on the tree's row: from then on the tree
+    owes nothing, and a close cut short before its removal finishes only
+    the removal, tree gone or not."""
+    got = _collect(tree, host, link, deadline, final=True)
+    with db.transaction() as conn:
+        trees.record_collected(conn, tree.host, tree.path, got.commit)
+    return got
 
 
 class Final(NamedTuple):
@@ -191,8 +259,18 @@ def final(tree: Tree, deadline: Optional[Deadline] = None, client: Optional[Plug
         host = _host_of(tree)
         link = site.link_for(host, client)
         if tree.owes_collect:
-            got = _collect(tree, host, link, deadline, final=True)
-        site.remove_tree(link, tree, got.commit if got else tree.from_commit or "")
+            got = _collected(tree, host, link, deadline)
+        if crashpoints.ARMED:
+            crashpoints.reach("final-collected", tree.agent or "")
+        try:
+            site.remove_tree(link, tree, got.commit if got else tree.from_commit or "")
+        except site.TreeMoved:
+            if got is not None:
+                raise
+            # committed in since its collect (or since it was made): collect
+            # that too, then remove the tree at the commit collected
+            got = _collected(tree, host, link, deadline)
+            site.remove_tree(link, tree, got.commit)
     except TreeGone as gone:
         with db.transaction() as conn:
             trees.delete(conn, tree.host, tree.path)
@@ -203,8 +281,9 @@ def final(tree: Tree, deadline: Optional[Deadline] = None, client: Optional[Plug
         raise
     except MuError as e:
         did = f"collected {got.commit[:12]}, but " if got else ""
+        remedy = e.hint if isinstance(e, WouldDrop) else (
+            f"fix what failed, then `mu agent close {tree.agent}` again: it retries the collect")
         raise FinalCollectFailed(
             f"agent {tree.agent}: {did}the final collect failed: {e.message}; the tree and its record are kept",
-            f"fix what failed, then `mu agent close {tree.agent}` again: it retries the collect",
-            detail=e.detail) from None
+            remedy, detail=e.detail) from None
     return Final(got, "")

@@ -35,13 +35,19 @@ A job that runs in a worktree (DESIGN "Collects") is stopped with its
 records kept, marked ended; then its final collect runs
 (`mu.agents.collect.final`), and only then do the tree and the records
 go.  A final collect that fails stops the close there (exit 5) with the
-tree and the records kept, and the next close retries it; a tree that is
-gone is reported lost and the close finishes.
+tree and the records kept, and the next close retries it (so does one
+that would drop a commit on the branch); a tree that is gone is reported
+lost and the close finishes.
+
+Once the job is proven stopped, a delivery to the agent whose outcome mu
+does not know can no longer land: the close ends it `closed` (its intent
+goes), in the transaction that forgets the agent where there is one, so
+no notice names an agent that is gone.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu import panes
 from mu.agents import collect, hosting, jobseam, readings, split_agent
@@ -53,7 +59,7 @@ from mu.errors import MuError, NotFound, Permanent, Refused
 from mu.panes import PaneError, PaneRef
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
-from mu.store import agents, db, hosts, intents, jobs, locks, trees
+from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, trees
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
@@ -340,8 +346,12 @@ def close(agent_name: str) -> Closed:
         job = jobs.find(agent.job) if agent else jobs.of_agent(agent_name)
         if agent is None and job is None:
             if trees.of_agent(agent_name) is None:
+                if _close_deliveries(agent_name):
+                    return Closed(agent_name, "", False)  # a close cut short after its job's records went
                 raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
-            return _final(agent_name, "", False)  # only its tree is left: a spawn cut short
+            closed = _final(agent_name, "", False)  # only its tree is left: a spawn cut short
+            _close_deliveries(agent_name)
+            return closed
         ref = pane_of(agent) if agent else None
         if job is None:
             # the row outlived its job record: only the pane is left to end
@@ -387,6 +397,9 @@ def close(agent_name: str) -> Closed:
             _kill(ref)
         journal().record(f"agent close {agent_name}: job {job.token} stopped", plugin=client.name)
         if not owes:
+            # in a transaction after the stop's own: after a crash between the
+            # two, the next close of the name ends them
+            _close_deliveries(agent_name)
             return Closed(agent_name, resolved, True)
         closed = _final(agent_name, resolved, True, client)
         _forget_job(jobs.find(job.token) or job)
@@ -422,11 +435,29 @@ def _forget_job(job: Job) -> None:
         if job.agent:
             workstream, _, name = job.agent.partition("/")
             agents.delete(conn, workstream, name)
+            _close_open(conn, workstream, name)
         jobs.delete(conn, job.token)
 
 
 def _forget_row(workstream: str, name: str) -> None:
-    from mu.store import db
-
     with db.transaction() as conn:
         agents.delete(conn, workstream, name)
+        _close_open(conn, workstream, name)
+
+
+def _close_deliveries(agent_name: str) -> List[str]:
+    """The agent's open deliveries end `closed`, in a transaction of their
+    own (see `_close_open`); the msgIds closed."""
+    workstream, name = split_agent(agent_name)
+    with db.transaction() as conn:
+        return _close_open(conn, workstream, name)
+
+
+def _close_open(conn: Any, workstream: str, name: str) -> List[str]:
+    """Once the agent's job is proven stopped (or never was), no delivery to
+    it can land or be resolved: each open one ends `closed`, its intent
+    gone, so `mu state` names no agent that no longer exists."""
+    closed = deliveries.close_open(conn, workstream, name)
+    for msg_id in closed:
+        journal().record(f"delivery {msg_id} to {workstream}/{name}: {deliveries.CLOSED_REASON}")
+    return closed

@@ -487,8 +487,10 @@ def collect_after(event: Event, picked: List[Agent]) -> Collected:
         except MuError as e:
             error = e.message
             journal().record(f"wait: in-life collect of {event.agent} failed (try {attempt + 1}): {e.message}")
-            if e.exit_code == EXIT_USAGE:
-                return Collected(True, False, attempt + 1, error)  # a refusal: trying again changes nothing
+            if e.exit_code == EXIT_USAGE or isinstance(e, Permanent):
+                # a refusal (a branch that holds a commit the agent's does not,
+                # say): trying again changes nothing
+                return Collected(True, False, attempt + 1, error)
             continue
         return Collected(True, True, attempt + 1, None)
     return Collected(True, False, len(COLLECT_PAUSES_S) + 1, error)

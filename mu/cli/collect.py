@@ -20,5 +20,12 @@ def run(args: Dict[str, Any]) -> int:
     if args["--json"]:
         emit_json(got.as_json())
         return 0
-    emit(f"{got.branch} at {got.commit} ({got.new} new commit{'' if got.new == 1 else 's'}) in {got.checkout}")
+    # what the branch holds, and what this collect added: a wait's own
+    # collect may have brought the agent's commits already
+    emit(f"{got.branch} at {got.commit} in {got.checkout}: {_commits(got.holds)} of the agent's, {got.new} new"
+         " with this collect")
     return 0
+
+
+def _commits(n: int) -> str:
+    return f"{n} commit{'' if n == 1 else 's'}"

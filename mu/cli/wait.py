@@ -50,6 +50,12 @@ def run(args: Dict[str, Any]) -> int:
             seen = api.wait_all(args["<agent>"], tasks, after, timeout, report)
         return max(r.exit_code for r in seen)
     result = api.wait(args["<agent>"], after, timeout, report, tasks=tasks)
+    collected = result.collected or {}
+    if collected and not collected.get("ok"):
+        # the event stands (its exit code too); the collect after it is told apart
+        print(f"mu: the collect after the event did not move the branch of {result.agent}: {collected.get('error')}",
+              file=sys.stderr)
+        print(f"(`mu collect {result.agent}` tries again and says what to run)", file=sys.stderr)
     return result.exit_code
 
 

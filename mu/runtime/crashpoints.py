@@ -21,7 +21,9 @@ exists, mu does not track it yet; the subject is the plugin's name);
 and asked nothing yet; the subject is the delivery's method);
 `task-written` (a `mu task` verb's writes are made, not yet committed; the
 subject is the verb: add, block, unblock, claim, note, close, release,
-reject, defer).
+reject, defer);
+`collect-checked` and `final-collected` (see `mu.agents.collect`; the
+subject is the agent).
 """
 
 from __future__ import annotations

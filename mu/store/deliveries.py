@@ -4,7 +4,9 @@ agent (`mu send`, `mu command`, `mu interrupt`, `mu abort`, `mu answer`).
 A row is written `sending` in the same transaction as the delivery's
 intent record, before the call, and ends `accepted` (with the reply's
 baseline), `not-accepted` (the plugin definitely refused it, or a receipt
-proved it never arrived), or stays `sending`/`unknown` while nobody knows.
+proved it never arrived), or stays `sending`/`unknown` while nobody knows,
+until its agent is closed: then it ends `closed` (`close_open`), its
+outcome never known, since nothing of it can land in a job proven stopped.
 Rows and SQL only: which state may follow which, and when, is
 `mu.agents.deliver`'s business.
 
@@ -26,10 +28,10 @@ import sqlite3
 import time
 from typing import List, NamedTuple, Optional
 
-from mu.store import db
+from mu.store import db, intents
 
 KINDS = ("send", "fresh", "command", "interrupt", "abort", "answer")
-STATES = ("sending", "accepted", "not-accepted", "unknown")
+STATES = ("sending", "accepted", "not-accepted", "unknown", "closed")
 OPEN_STATES = ("sending", "unknown")
 
 
@@ -101,6 +103,24 @@ def set_state(conn: sqlite3.Connection, msg_id: str, state: str, reason: Optiona
     assert state in STATES, state
     conn.execute("UPDATE deliveries SET state = ?, reason = ?, updated_at = ? WHERE msg_id = ?",
                  (state, reason, _now(), msg_id))
+
+
+CLOSED_REASON = "its agent was closed before its outcome was known; its job is stopped, so nothing of it can land"
+
+
+def close_open(conn: sqlite3.Connection, workstream: str, name: str) -> List[str]:
+    """The agent is closed, its job proven stopped: every open delivery to
+    it ends `closed`, and its intent (the message's text) goes in the same
+    transaction, so neither stays a notice naming an agent that is gone.
+    Returns the msgIds closed."""
+    closed = []
+    for row in unresolved(conn, workstream, name):
+        intent = intents.pending(row.subject, conn)
+        if intent is not None:
+            intents.delete(conn, intent)
+        set_state(conn, row.msg_id, "closed", CLOSED_REASON)
+        closed.append(row.msg_id)
+    return closed
 
 
 def find(msg_id: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Delivery]:

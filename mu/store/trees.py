@@ -9,7 +9,9 @@ A tree made for an agent names it (one tree an agent), the spawning
 checkout its commits are collected into, and, once the job record is
 written, the job's token: from then on the tree owes its final collect,
 and its row stays until that collect is done (or the tree is gone), even
-after the job and the agent rows went.  A row is written before its tree
+after the job and the agent rows went; once that collect is done the row
+forgets the job (`record_collected`), so a removal cut short later is
+only a removal.  A row is written before its tree
 is made, so a tree whose making a crash cut short is always known.
 """
 
@@ -52,6 +54,14 @@ def insert(conn: sqlite3.Connection, host: str, path: str, identity: str, from_c
 def bind_job(conn: sqlite3.Connection, agent: str, token: str) -> None:
     """The job `token` runs in `agent`'s tree: the tree owes its final collect."""
     conn.execute("UPDATE trees SET job = ? WHERE agent = ?", (token, agent))
+
+
+def record_collected(conn: sqlite3.Connection, host: str, path: str, commit: str) -> None:
+    """The final collect brought `commit`: the tree owes nothing more, and
+    its removal expects that commit as its HEAD (`from_commit` is the commit
+    the tree holds nothing beyond: where it started, then what was
+    collected)."""
+    conn.execute("UPDATE trees SET job = NULL, from_commit = ? WHERE host = ? AND path = ?", (commit, host, path))
 
 
 def move_checkout(conn: sqlite3.Connection, agent: str, checkout: str) -> None:
