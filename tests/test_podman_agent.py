@@ -19,6 +19,7 @@ from test_site import git, make_checkout
 
 DEMO = ROOT / "examples" / "mu-demo-agent"
 BOUND_S = 60  # only a failure waits this long
+TTL_MS = 15000  # the deadline test's: its spawn, a commit, the wait and the close fit well inside
 
 
 @pytest.fixture
@@ -108,15 +109,31 @@ def test_a_crash_after_the_container_was_made_finds_it_by_its_label(registered):
     assert engine.containers() == []
 
 
-def test_a_deadline_that_passes_takes_the_container(registered):
+def test_a_deadline_that_passes_takes_the_container_after_the_final_collect(registered, checkout):
     engine = registered
     acquired = mu("host", "acquire", "box", "--provider", "podman", "--param", "image=" + engine.image,
-                  "--param", "ttl_ms=3000")
+                  "--param", "ttl_ms=%d" % TTL_MS)
     assert acquired.returncode == 0, acquired.stderr
     [name] = engine.containers()
-    assert "deadline" in mu("host", "list").stdout.lower()
-    assert mu("host", "exec", "box", "--", "true").returncode == 0
-    end = time.monotonic() + 30
+    begun = time.monotonic()
+    early = {"MU_HOST_DEADLINE_MARGIN_MS": "1000"}  # outside the margin: the spawn is admitted
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", f"python3 {DEMO}", env=early)
+    assert spawned.returncode == 0, spawned.stderr
+    made = mu("host", "exec", "box", "--cwd", ".mu/trees/w/a", "--",
+              "git -c user.name=a -c user.email=a@b.invalid commit -q --allow-empty -m 'work before the deadline'")
+    assert made.returncode == 0, made.stderr
+
+    # inside the margin: mu wait fires the deadline (exit 7), and the close's final collect brings the work back
+    late = {"MU_HOST_DEADLINE_MARGIN_MS": str(TTL_MS)}
+    waited = mu("wait", "w/a", "--timeout", "20000", "--json", env=late)
+    assert waited.returncode == 7, waited.stdout + waited.stderr
+    closed = mu("agent", "close", "w/a", env=late)
+    assert closed.returncode == 0, closed.stderr
+    assert time.monotonic() - begun < TTL_MS / 1000, "too slow to test the deadline: raise TTL_MS"
+    assert engine.containers() == [name]  # collected before the deadline, with the container still there
+    assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "work before the deadline"
+
+    end = time.monotonic() + TTL_MS / 1000 + 30
     while engine.containers() and time.monotonic() < end:
         time.sleep(0.2)
     assert engine.containers() == []  # its first process ended at the deadline; the engine removed it
