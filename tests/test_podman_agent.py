@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import ROOT, run_mu
 from podman_fixture import podman_engine  # noqa: F401  (the fixture)
@@ -57,6 +58,16 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     labels = json.loads(engine.podman("container", "inspect", name).stdout)[0]["Config"]["Labels"]
     assert labels["io.mu.key"] and labels["io.mu.instance"].startswith("podman-")
 
+    status = mu("host", "status", "box", "--json")
+    assert status.returncode == 0, status.stderr
+    facts = json.loads(status.stdout)["facts"]
+    assert (facts["memoryBytes"], facts["cpus"], facts["network"]) == (512 << 20, 1.0, "none")
+    assert facts["imageDigest"].startswith("sha256:")
+    checked = mu("host", "check", "box", "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    steps = {s["step"]: s["result"] for s in json.loads(checked.stdout)["steps"]}
+    assert all(steps.get("podman:" + s) == "ok" for s in ("engine", "git", "tmux", "python3", "work")), steps
+
     ran = mu("host", "exec", "box", "--", "uname -n; git --version")
     assert ran.returncode == 0 and ran.stdout.startswith(name), ran.stderr
     timed = mu("host", "exec", "box", "--timeout", "1000", "--", "sleep 60 & sleep 61")
@@ -69,6 +80,8 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     assert spawned.returncode == 0, spawned.stderr
     one = shown("w/a")
     assert (one["host"], one["liveness"], one["turn"], one["runs"]) == ("box", "alive", "idle", 0)
+    view = " ".join(psutil.Process(one["pane"]["pid"]).cmdline())
+    assert "exec -it " + name in view and "tmux" in view  # the view: tmux in the container, through exec
     tree = "/mu/.mu/trees/w/a"
     assert engine.podman("exec", name, "git", "-C", tree, "rev-parse", "HEAD").stdout.strip() == start
 

@@ -150,8 +150,11 @@ class HostSeam:
         facts = _result(found)
         config = found.get("Config") or {}
         limits = found.get("HostConfig") or {}
+        image_id = found.get("Image")
+        if isinstance(image_id, str) and image_id and not image_id.startswith("sha256:"):
+            image_id = "sha256:" + image_id  # the engine's image id: the digest of the image's config
         facts.update({"state": "up", "image": config.get("Image") or found.get("ImageName"),
-                      "imageDigest": found.get("Image"), "network": limits.get("NetworkMode"),
+                      "imageDigest": image_id, "network": limits.get("NetworkMode"),
                       "cpus": (limits.get("NanoCpus") or 0) / 1e9 or None, "memoryBytes": limits.get("Memory") or None})
         return {k: v for k, v in facts.items() if v is not None or k in ("cpus", "memoryBytes")}
 
