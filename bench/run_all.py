@@ -31,6 +31,7 @@ BENCHES = (
     "agents.py",
     "deliveries.py",
     "ssh.py",
+    "podman.py",
     "wait.py",
     "top.py",
 )

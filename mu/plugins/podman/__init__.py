@@ -1,0 +1,21 @@
+"""mu-plugin-podman: hosts that are containers, driven through the podman CLI.
+
+A provider (the host seam: a container per acquire, labelled with its key,
+with a deadline the plugin enforces), a link (scripts through `podman
+exec`, fetch and push with real git whose transport is `podman exec`), a
+job seam (an agent's command in tmux inside the container) and a channel
+(examples/mu-demo-agent's turn files, read and written through exec).
+`--engine docker` drives the docker CLI the same way.
+
+The link, job and channel are mu-plugin-ssh's (`mu.plugins.ssh.link`,
+`job`, `channel`): they run POSIX sh programs on a host through a
+connection, and this package's connection (`engine.Box`) is `podman exec
+-i <container> sh -c ...` where theirs is ssh.  What is the provider's
+own: the engine's argv (`engine`), the host seam (`host`), the view, the
+programs a job needs copied into the box, and the reach checks (`main`).
+`bin/mu-plugin-podman` runs `mu.plugins.podman.main`; man page
+mu-plugin-podman(1) and docs/containers.md say what a user relies on.
+
+The package imports only `mu.sdk`, `mu.plugins` and the standard library
+(tests/test_layers.py keeps it so).
+"""

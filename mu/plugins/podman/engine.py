@@ -1,0 +1,180 @@
+"""The container engine's command line, and the connection to one container.
+
+What a caller may rely on:
+
+- Every engine command is `<program> <engine args...> <verb> ...`: the
+  program is `podman` (or `docker`), and the engine args are what the
+  plugin was registered with (`--engine-arg`, e.g. `--root`, `--runroot`,
+  `--runtime runc`, `--cgroup-manager cgroupfs`), so a machine's needs are
+  set in mu's registry, never in the user's engine configuration.  A
+  registered `--containers-conf <file>` is the engine's CONTAINERS_CONF.
+- The engine runs with a small environment of its own (PATH, HOME, LANG,
+  TMPDIR, XDG_RUNTIME_DIR and CONTAINERS_CONF): the container's monitor
+  (podman's conmon) outlives the call by design, and carries none of mu's
+  or the user's variables.
+- `Box` is a container as mu-plugin-ssh's link, job and channel see a
+  connection (`mu.plugins.ssh.control.Connection`): `argv` runs a sh
+  program in it through `<engine> exec -i`, `op` runs one and returns its
+  stdout's lines, and `git_ssh_command` is git's transport into it.  A
+  container that does not exist or does not run is `Permanent` (nothing
+  ran); an engine that fails without saying why is `Retryable` for a read
+  and `UnknownOutcome` for a program that acts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import threading
+import time
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+from mu import sdk
+from mu.plugins.ssh import runner
+
+DEFAULT_WORK = "/mu"
+ENGINES = ("podman", "docker")
+# a container this plugin makes: mu- and 20 hex (see host.box_name)
+BOX_NAME = re.compile(r"mu-[0-9a-f]{20}\Z")
+SESSIONS = 16  # exec sessions one container carries at once (slots "self")
+ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+            "DOCKER_HOST", "CONTAINER_HOST")
+# what the engine prints when the container is not there, or not running
+MISSING = ("no such container", "no container with name or id", "is not running", "container state improper",
+           "no such object")
+
+
+class Options(NamedTuple):
+    """The plugin's argv: the engine, its args, its containers.conf, the
+    work folder in each container."""
+
+    engine: str = "podman"
+    engine_args: tuple = ()
+    containers_conf: Optional[str] = None
+    work: str = DEFAULT_WORK
+    # what mu-plugin-ssh's seams read of their options
+    config: Optional[str] = None
+    alive_s: int = 5
+
+    def command(self, *args: str) -> List[str]:
+        return [self.engine] + list(self.engine_args) + list(args)
+
+    def env(self) -> Dict[str, str]:
+        env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
+        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        if self.containers_conf:
+            env["CONTAINERS_CONF"] = self.containers_conf
+        return env
+
+    def shell_prefix(self) -> str:
+        """The engine's command line for a shell: its environment and argv."""
+        env = ""
+        if self.containers_conf:
+            env = "CONTAINERS_CONF=%s " % shlex.quote(self.containers_conf)
+        return env + "exec " + " ".join(shlex.quote(a) for a in self.command())
+
+    def instance(self) -> str:
+        """The backend (protocol "Handshake"): the engine, its args, its
+        containers.conf and the work folder."""
+        text = "\0".join([self.engine] + list(self.engine_args) + [self.containers_conf or "", self.work])
+        return self.engine + "-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def engine_run(options: Options, args: Sequence[str], end: float, cancel: Any = None,
+               data: bytes = b"") -> runner.Ran:
+    """One engine command, bounded by `end` (it and its children are
+    killed then)."""
+    return runner.run(options.command(*args), data, end=end, cancel=cancel, env=options.env())
+
+
+def missing(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in MISSING)
+
+
+class Box:
+    """One container, as the SSH seams use a connection."""
+
+    def __init__(self, options: Options, name: str) -> None:
+        self.options = options
+        self.dest = name
+        self._sessions = threading.BoundedSemaphore(SESSIONS)
+
+    @contextlib.contextmanager
+    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
+        while not self._sessions.acquire(timeout=0.05):
+            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
+                raise sdk.Retryable("all %d exec sessions of %s are busy" % (SESSIONS, self.dest))
+        try:
+            yield
+        finally:
+            self._sessions.release()
+
+    def alive(self) -> bool:
+        return True
+
+    def argv(self, program: str, args: Sequence[str]) -> List[str]:
+        return self.options.command("exec", "-i", self.dest, "sh", "-c", program, "mu-box", self.options.work,
+                                    *args)
+
+    def git_ssh_command(self) -> str:
+        """git's ssh command: a shell function that runs the pack command
+        git gives (its last word) in the container named by the one before
+        it, through exec; git's ssh options before them are dropped."""
+        return ('mu_box() { while [ $# -gt 2 ]; do shift; done; %s exec -i "$1" sh -c "$2"; }; mu_box'
+                % self.options.shell_prefix())
+
+    def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
+           acts: bool = False) -> List[str]:
+        """Run a short sh program in the container; its stdout's lines."""
+        with self.session(end, cancel):
+            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel, env=self.options.env())
+        lines = ran.out.decode("utf-8", "replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        if ran.ended == "exit" and ran.code == 0:
+            return lines
+        said = ran.err.decode("utf-8", "replace").strip()
+        if ran.ended == "exit" and missing(said):
+            raise sdk.Permanent("container %s is not running: %s" % (self.dest, first_line(said)))
+        if ran.ended == "exit" and lines:
+            return lines  # the program answered; its status is the shell's
+        why = {"exit": "%s exec failed: %s" % (self.options.engine, first_line(said) or "status %s" % ran.code),
+               "timeout": "container %s did not answer in time" % self.dest}.get(ran.ended, "cancelled")
+        if acts:
+            raise sdk.UnknownOutcome(why)
+        if ran.ended == "cancel":
+            raise sdk.Cancelled(why)
+        raise sdk.Retryable(why)
+
+
+class Boxes:
+    """The containers this plugin process talks to, by name (what the SSH
+    channel's watch asks for again on each poll)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._lock = threading.Lock()
+        self._boxes: Dict[str, Box] = {}
+
+    def get(self, name: str, end: float = 0.0, cancel: Any = None) -> Box:
+        if not BOX_NAME.match(name):
+            raise sdk.Permanent("%r is not a container this plugin made" % (name,))
+        with self._lock:
+            box = self._boxes.get(name)
+            if box is None:
+                box = self._boxes[name] = Box(self.options, name)
+            return box
+
+    def close(self) -> None:
+        pass
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:400]
+    return ""

@@ -1,0 +1,296 @@
+"""The host seam: a container per acquire key.
+
+host.acquire {key, params} runs `<engine> run -d` of the `image` param in a
+container named `mu-<20 hex of sha256(instance, key)>` (its handle), with
+labels that carry the key, the instance, the params' digest and the
+deadline.  The name is the fence against a second container: the engine
+makes one container of a name, so a repeat (in this process or any later
+one, after a crash) finds the first and answers its result from its
+labels; the same key with other params is refused.  The --param keys:
+
+- `image` (required): the image to run (it must have sh, git, tmux and
+  python3 for jobs and the demo agent);
+- `cpus`, `memory`: the engine's `--cpus` and `--memory`;
+- `network`: the engine's `--network` (default `none`: a demo agent needs
+  none; a harness needs its model's API, so give it `slirp4netns`,
+  `bridge` or `host`, as the machine allows);
+- `ttl_ms`: the deadline, deadlineAt = now + ttl_ms;
+- `max_jobs`: a fact for mu's admission.
+
+The deadline is the plugin's to enforce, with no daemon: the container's
+first process is `sleep` until deadlineAt, so the container stops then by
+itself, and `--rm` makes the engine remove it; every call that finds a
+container past its deadline removes it too.  mu collects before then
+(its deadline margin: protocol "Host facts in mu's reads").
+
+host.lookup finds the container by its name and checks its key label:
+found (with the acquire's result), or none.  The engine creates a
+container in one step, within the plugin's own process group, so once
+the plugin process that acquired is gone nothing more appears:
+`inFlightMs` covers the engine's own last moments.
+
+host.status: `up` with facts (the image's digest, the cpus, memory and
+network limits, the deadline) while the container runs; `gone` once the
+engine has no such container (released, or removed at its deadline).
+
+host.release removes the container (`rm -f`, its jobs and worktrees
+with it) and answers null only once the engine shows it gone; again, or
+for a key never acquired, it answers null too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from typing import Any, Dict, Optional
+
+from mu import sdk
+from mu.plugins.podman.engine import Options, engine_run, first_line
+
+ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
+KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
+LABEL = "io.mu"  # the labels' prefix
+DIGITS = re.compile(r"[0-9]{1,15}\Z")
+CPUS = re.compile(r"[0-9]{1,4}(\.[0-9]{1,3})?\Z")
+MEMORY = re.compile(r"[0-9]{1,12}[bkmgBKMG]?\Z")
+NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}\Z")
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
+EFFECT_S = 50.0  # inside mu's effect timeout: a first run may unpack an image
+READ_S = 8.0
+# the container's first process: sleep until the deadline (or for ever),
+# and end at once on the engine's stop signal
+FIRST = 'trap "exit 0" TERM INT; if [ "$1" = - ]; then sleep infinity & else sleep "$1" & fi; wait; exit 0'
+
+
+def box_name(instance: str, key: str) -> str:
+    text = "%s\0%s" % (instance, key)
+    return "mu-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class HostSeam:
+    """The host seam's handlers; mixed into the plugin class (`main.PodmanPlugin`)."""
+
+    options: Options
+
+    @sdk.method("host.acquire")
+    def acquire(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        self._host_target(call)
+        key = _key(params)
+        wanted = _acquire_params(params.get("params"))
+        from mu.sdk.effects import params_digest
+
+        digest = params_digest({"key": key, "params": params.get("params")})
+        name = box_name(self.options.instance(), key)
+        end = _end(call, EFFECT_S)
+        found = self._inspect(name, end, call, acts=True)
+        if found is not None:
+            return _same(found, key, digest)
+        deadline_at = now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
+        labels = {"key": key, "instance": self.options.instance(), "params": digest,
+                  "deadline": str(deadline_at or ""), "maxJobs": str(wanted.get("max_jobs", ""))}
+        args = ["run", "-d", "--rm", "--name", name, "--hostname", name, "--network", wanted.get("network", "none")]
+        for label, value in labels.items():
+            args += ["--label", "%s.%s=%s" % (LABEL, label, value)]
+        if "cpus" in wanted:
+            args += ["--cpus", wanted["cpus"]]
+        if "memory" in wanted:
+            args += ["--memory", wanted["memory"]]
+        seconds = "-" if deadline_at is None else str(max(1, (deadline_at - now_ms()) // 1000))
+        args += ["--entrypoint", "sh", wanted["image"], "-c", FIRST, "mu-box", seconds]
+        ran = engine_run(self.options, args, end, call)
+        said = ran.err.decode("utf-8", "replace")
+        if ran.ended != "exit":
+            raise sdk.UnknownOutcome("%s run of %s did not end in time" % (self.options.engine, name))
+        if ran.code != 0:
+            found = self._inspect(name, end, call, acts=True)
+            if found is not None:  # another acquire of the key made it first: one container
+                return _same(found, key, digest)
+            if "image not known" in said or "manifest unknown" in said or "pull access denied" in said \
+                    or "unable to find" in said.lower():
+                raise sdk.Permanent("no image %s here: %s" % (wanted["image"], first_line(said)))
+            raise sdk.Permanent("%s run failed: %s" % (self.options.engine, first_line(said)))
+        found = self._inspect(name, end, call, acts=True)
+        if found is None:
+            raise sdk.UnknownOutcome("container %s was started but is not there" % name)
+        return _same(found, key, digest)
+
+    @sdk.method("host.lookup")
+    def lookup(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        self._host_target(call)
+        key = _key(params)
+        name = box_name(self.options.instance(), key)
+        try:
+            found = self._inspect(name, _end(call, READ_S), call)
+        except sdk.PluginError as exc:
+            return {"unknown": exc.message}
+        if found is None:
+            return {"none": True}
+        if _labels(found).get("key") != key:
+            return {"unknown": "container %s carries another key" % name}
+        return {"found": _result(found)}
+
+    @sdk.method("host.status")
+    def status(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        name = self._handle(call)
+        try:
+            found = self._inspect(name, _end(call, READ_S), call)
+        except sdk.PluginError as exc:
+            return {"state": "unknown", "reason": exc.message}
+        if found is None:
+            return {"state": "gone", "reason": "the engine has no container %s" % name}
+        state = found.get("State") or {}
+        if not state.get("Running"):
+            return {"state": "unknown", "reason": "container %s is %s" % (name, state.get("Status", "not running"))}
+        facts = _result(found)
+        config = found.get("Config") or {}
+        limits = found.get("HostConfig") or {}
+        image_id = found.get("Image")
+        if isinstance(image_id, str) and image_id and not image_id.startswith("sha256:"):
+            image_id = "sha256:" + image_id  # the engine's image id: the digest of the image's config
+        facts.update({"state": "up", "image": config.get("Image") or found.get("ImageName"),
+                      "imageDigest": image_id, "network": limits.get("NetworkMode"),
+                      "cpus": (limits.get("NanoCpus") or 0) / 1e9 or None, "memoryBytes": limits.get("Memory") or None})
+        return {k: v for k, v in facts.items() if v is not None or k in ("cpus", "memoryBytes")}
+
+    @sdk.method("host.release")
+    def release(self, params: Dict[str, Any], call: Any) -> None:
+        key = _key(params)
+        name = box_name(self.options.instance(), key)
+        given = self._host_target(call).get("handle")
+        if given is not None and given != name:
+            raise sdk.Permanent("host %s was not acquired with key %s" % (given, key))
+        end = _end(call, EFFECT_S)
+        self._remove(name, end, call)
+        return None
+
+    # -- the engine ----------------------------------------------------------------
+
+    def _inspect(self, name: str, end: float, call: Any, acts: bool = False) -> Optional[Dict[str, Any]]:
+        """The engine's record of container `name`, or None when it has
+        none.  A container past its deadline is removed first (the
+        deadline is the plugin's to enforce)."""
+        ran = engine_run(self.options, ["container", "inspect", name], end, call)
+        said = ran.err.decode("utf-8", "replace")
+        if ran.ended != "exit":
+            raise (sdk.UnknownOutcome if acts else sdk.Retryable)("%s inspect did not answer in time" % self.options.engine)
+        if ran.code != 0:
+            if "no such" in said.lower():
+                return None
+            raise sdk.Retryable("%s inspect failed: %s" % (self.options.engine, first_line(said)))
+        try:
+            found = json.loads(ran.out.decode("utf-8", "replace"))
+        except ValueError:
+            raise sdk.Retryable("%s inspect answered no JSON" % self.options.engine) from None
+        found = found[0] if isinstance(found, list) and found else found
+        if not isinstance(found, dict):
+            return None
+        deadline = _labels(found).get("deadline", "")
+        if deadline.isdigit() and int(deadline) <= now_ms():
+            self._remove(name, end, call)
+            return None
+        return found
+
+    def _remove(self, name: str, end: float, call: Any) -> None:
+        """Remove container `name` and prove it gone (protocol "The host":
+        release answers only once it is)."""
+        ran = engine_run(self.options, ["rm", "-f", "-t", "0", name], end, call)
+        said = ran.err.decode("utf-8", "replace")
+        if ran.ended != "exit":
+            raise sdk.UnknownOutcome("%s rm of %s did not end in time" % (self.options.engine, name))
+        while True:
+            left = engine_run(self.options, ["container", "exists", name], end, call)
+            if left.ended == "exit" and left.code == 1:
+                return
+            if left.ended != "exit" or left.code != 0 or time.monotonic() >= end:
+                break
+            time.sleep(0.1)  # an --rm of its own may be under way
+            engine_run(self.options, ["rm", "-f", "-t", "0", name], end, call)
+        raise sdk.UnknownOutcome("container %s could not be proven removed: %s" % (name, first_line(said)))
+
+    def _host_target(self, call: Any) -> Dict[str, Any]:
+        host = (call.target or {}).get("host")
+        if not isinstance(host, dict):
+            raise sdk.Permanent("the call has no target.host")
+        instance = host.get("instance")
+        if instance is not None and instance != self.options.instance():
+            # protocol "Effects and replay": a record made under another instance is not ours
+            raise sdk.Permanent("target.host.instance %r is not this plugin's instance %r"
+                                % (instance, self.options.instance()))
+        return host
+
+    def _handle(self, call: Any) -> str:
+        from mu.plugins.podman.engine import BOX_NAME
+
+        handle = self._host_target(call).get("handle")
+        if not isinstance(handle, str) or not BOX_NAME.match(handle):
+            raise sdk.Permanent("target.host.handle %r is not a container this plugin made" % (handle,))
+        return handle
+
+
+def _labels(found: Dict[str, Any]) -> Dict[str, str]:
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    prefix = LABEL + "."
+    return {k[len(prefix):]: v for k, v in labels.items() if isinstance(k, str) and k.startswith(prefix)
+            and isinstance(v, str)}
+
+
+def _result(found: Dict[str, Any]) -> Dict[str, Any]:
+    """The acquire's result, from the container's name and labels."""
+    labels = _labels(found)
+    result: Dict[str, Any] = {"handle": str(found.get("Name", "")).lstrip("/")}
+    if labels.get("deadline", "").isdigit():
+        result["deadlineAt"] = int(labels["deadline"])
+    if labels.get("maxJobs", "").isdigit():
+        result["maxJobs"] = int(labels["maxJobs"])
+    return result
+
+
+def _same(found: Dict[str, Any], key: str, digest: str) -> Dict[str, Any]:
+    labels = _labels(found)
+    if labels.get("key") != key:
+        raise sdk.Permanent("container %s carries another key than %s" % (found.get("Name"), key))
+    if labels.get("params") != digest:
+        raise sdk.Permanent("key %s was acquired with other params; a key acquires one host" % key)
+    return _result(found)
+
+
+def _key(params: Dict[str, Any]) -> str:
+    key = params.get("key")
+    if not isinstance(key, str) or not key:
+        raise sdk.Permanent("the call needs a key")
+    return key
+
+
+def _end(call: Any, seconds: float) -> float:
+    end = time.monotonic() + seconds
+    if call.deadline is not None:
+        end = min(end, time.monotonic() + call.deadline / 1000.0 - time.time() - 0.5)
+    return end
+
+
+def _acquire_params(given: Any) -> Dict[str, Any]:
+    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+        raise sdk.Permanent("params must map names to strings")
+    unknown = sorted(set(given) - set(ACQUIRE_PARAMS))
+    if unknown:
+        raise sdk.Permanent("unknown --param %s (this plugin knows %s)" % (", ".join(unknown), ", ".join(ACQUIRE_PARAMS)))
+    if "image" not in given or not IMAGE.match(given["image"]):
+        raise sdk.Permanent("--param image=<image> is required (a name or id the engine knows)")
+    wanted: Dict[str, Any] = {"image": given["image"]}
+    for name, form in (("cpus", CPUS), ("memory", MEMORY), ("network", NETWORK)):
+        if name in given:
+            if not form.match(given[name]):
+                raise sdk.Permanent("--param %s=%s is not a value the engine takes" % (name, given[name]))
+            wanted[name] = given[name]
+    for name, least in (("ttl_ms", 1000), ("max_jobs", 0)):
+        if name in given:
+            if not DIGITS.match(given[name]) or int(given[name]) < least:
+                raise sdk.Permanent("--param %s must be a whole number of at least %d" % (name, least))
+            wanted[name] = int(given[name])
+    return wanted

@@ -1,0 +1,208 @@
+"""mu-plugin-podman's entry point: its argv, its declaration, and `run`.
+
+Usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>] [--work <dir>] [--name <name>]
+
+- `--engine`: the command line it drives (default `podman`; `docker`
+  takes the same verbs).
+- `--engine-arg <arg>`: one word put before every engine verb, repeated
+  as needed: what the engine needs on this machine (`--runtime=runc`,
+  `--cgroup-manager=cgroupfs`, `--root=<dir>`, `--runroot=<dir>`).
+- `--containers-conf <file>`: the engine's CONTAINERS_CONF (an absolute
+  path), e.g. one whose `default_ulimits` is empty where limits cannot be
+  raised.
+- `--work <dir>`: the work folder in each container, an absolute path
+  (default `/mu`): the link's login directory.
+- `--name <name>`: the name it answers the handshake with (default
+  `podman`), as mu-plugin-ssh's.
+
+The instance is the engine's name, `-` and 12 hex digits of the sha256 of
+the engine, its args, the containers.conf and the work folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from mu import sdk
+from mu.plugins.podman import host
+from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
+from mu.plugins.ssh import channel, job, link, remote
+
+USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>]"
+         " [--work <dir>] [--name <name>]")
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
+VERSION = "0.1.0"
+KIND = "podman-tmux"
+PROGRAM_MAX = 4 << 20  # at most this many bytes of a program copied into the box for a job (the demo agent)
+REACH_STEPS = ("git", "tmux", "flock", "python3", "work")
+# the reach checks: the SSH provider's, and python3 (the demo agent's)
+REACH = remote.REACH + r'''
+if v=$(python3 --version 2>&1); then echo "python3 ok $v"; else echo "python3 fail python3 is not in the image"; fi
+'''
+# Put a program into the box, named by its content.  Arguments: the
+# path under the work folder.  stdin: the program.  Prints "ok".
+PUT = remote.PRELUDE + r'''
+p=$W/$1
+if [ ! -f "$p" ]; then
+  mkdir -p -- "${p%/*}" && cat > "$p.tmp.$$" && chmod 0755 "$p.tmp.$$" && mv -f -- "$p.tmp.$$" "$p" || { echo fail; exit 0; }
+fi
+echo ok
+'''
+
+
+class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
+    name = "podman"
+    version = VERSION
+
+    def __init__(self, options: Options, name: str = "podman") -> None:
+        self.options = options
+        self.name = name
+        self.connections = Boxes(options)
+
+    def instance(self) -> str:
+        return self.options.instance()
+
+    def declaration(self) -> Dict[str, Any]:
+        link_seam = dict(link.declaration(), remoteOnTimeout="stopped")
+        job_seam = dict(job.declaration(self.name), kind=KIND)
+        return {"link": link_seam, "job": job_seam, "channel": channel.declaration(self.name),
+                "host": {"acquire": dict(host.KEY_CAPABILITIES)}}
+
+    # -- the connection the SSH seams use ------------------------------------------
+
+    def _box(self, call: Any) -> Box:
+        return self.connections.get(self._handle(call))
+
+    def _connection(self, call: Any, end: float) -> Box:  # link.LinkSeam's
+        return self._box(call)
+
+    def _job_connection(self, call: Any, seconds: float) -> "tuple[Box, float]":  # job.JobSeam's
+        return self._box(call), host._end(call, seconds)
+
+    def tmux_socket(self) -> str:
+        return "mu-" + self.options.instance()
+
+    def view(self, conn: Box, key: str) -> Dict[str, Any]:
+        """A view of job `key`: its tmux session, attached through `exec -it`."""
+        argv = self.options.command("exec", "-it", conn.dest, "tmux", "-L", self.tmux_socket(), "attach-session",
+                                    "-t", "=" + job.job_name(key))
+        env = {"CONTAINERS_CONF": self.options.containers_conf} if self.options.containers_conf else {}
+        return {"command": " ".join(shlex.quote(a) for a in argv), "env": env}
+
+    # -- what differs from the SSH provider -----------------------------------------
+
+    @sdk.method("job.start")
+    def start_job(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
+        """The SSH provider's start, once the programs the command names by
+        an absolute path on this machine are in the box (content-addressed
+        under the work folder: `programs/<sha256>/<name>`) and the command
+        names them there."""
+        spec = params.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("cmd"), str):
+            conn, end = self._job_connection(call, job.EFFECT_S)
+            cmd = self._put_programs(conn, spec["cmd"], end, call)
+            if cmd != spec["cmd"]:
+                params = dict(params, spec=dict(spec, cmd=cmd))
+        return job.JobSeam.start_job(self, params, call)
+
+    def _put_programs(self, conn: Box, cmd: str, end: float, call: Any) -> str:
+        try:
+            words = shlex.split(cmd)
+        except ValueError:
+            return cmd
+        changed = False
+        for i, word in enumerate(words):
+            if not os.path.isabs(word) or not os.path.isfile(word) or os.path.getsize(word) > PROGRAM_MAX:
+                continue
+            if i == 0 and word.startswith(sys.exec_prefix):
+                words[i] = "python3"  # this machine's interpreter: the image's runs the program
+                changed = True
+                continue
+            with open(word, "rb") as f:
+                body = f.read()
+            if i == 0 and not body.startswith(b"#!"):
+                continue  # a binary of this machine: not ours to copy
+            path = "programs/%s/%s" % (hashlib.sha256(body).hexdigest()[:32], os.path.basename(word))
+            said = conn.op(PUT, [path], end, call, data=body, acts=True)
+            if said[:1] != ["ok"]:
+                raise sdk.Permanent("cannot put %s into container %s" % (os.path.basename(word), conn.dest))
+            words[i] = "%s/%s" % (self.options.work.rstrip("/"), path)
+            changed = True
+        return " ".join(shlex.quote(w) for w in words) if changed else cmd
+
+    @sdk.method("link.checkSteps")
+    def check_steps(self, params: Dict[str, Any], call: Any) -> list:
+        """Phase reach: `engine` (the engine answers and runs the
+        container), then git, tmux, flock and python3 in the image, and the
+        work folder writable."""
+        if params.get("phase") != "reach":
+            return []
+        end = time.monotonic() + 8.0
+        skipped = [{"step": s, "ok": None, "detail": "skipped: the container does not run"} for s in REACH_STEPS]
+        try:
+            box = self._box(call)
+            lines = box.op(REACH, [], end, call)
+        except sdk.PluginError as exc:
+            return [{"step": "engine", "ok": False, "detail": exc.message}] + skipped
+        steps = [{"step": "engine", "ok": True, "detail": "%s runs container %s" % (self.options.engine, box.dest)}]
+        for line in lines:
+            step, _, rest = line.partition(" ")
+            verdict, _, detail = rest.partition(" ")
+            if step in REACH_STEPS:
+                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
+        return steps
+
+
+def parse(argv: List[str]) -> "tuple[Options, str]":
+    """The plugin's options and name; raises ValueError with a one-line reason."""
+    single: Dict[str, Optional[str]] = {"--engine": "podman", "--containers-conf": None, "--work": DEFAULT_WORK,
+                                        "--name": "podman"}
+    engine_args: List[str] = []
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=")
+        if not eq:
+            if arg not in single and arg != "--engine-arg" or not args:
+                raise ValueError("unknown argument %s" % arg)
+            name, value = arg, args.pop(0)
+        if name == "--engine-arg":
+            if not value or "\0" in value or "\n" in value:
+                raise ValueError("--engine-arg takes one word")
+            engine_args.append(value)
+        elif name in single:
+            single[name] = value
+        else:
+            raise ValueError("unknown argument %s" % arg)
+    if single["--engine"] not in ENGINES:
+        raise ValueError("--engine is podman or docker, not %s" % single["--engine"])
+    conf = single["--containers-conf"]
+    if conf is not None and (not os.path.isabs(conf) or not os.path.isfile(conf)):
+        raise ValueError("--containers-conf must name a file by its absolute path, not %s" % conf)
+    work = single["--work"] or ""
+    if not work.startswith("/") or "\0" in work or "\n" in work or work.rstrip("/") == "":
+        raise ValueError("--work must be an absolute folder other than /")
+    name = single["--name"] or ""
+    if not NAME.match(name):
+        raise ValueError("--name must be a plugin name ([a-z0-9][a-z0-9_-]*), not %s" % name)
+    return Options(single["--engine"] or "podman", tuple(engine_args), conf, work.rstrip("/")), name
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help"):
+        sys.stdout.write(USAGE + "\n")
+        return 0
+    try:
+        options, name = parse(args)
+    except ValueError as exc:
+        sys.stderr.write("mu-plugin-podman: %s\n%s\n" % (exc, USAGE))
+        return 2
+    sdk.run(PodmanPlugin(options, name))
+    return 0
