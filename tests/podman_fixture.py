@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import List
 
@@ -35,8 +36,11 @@ class Engine:
         self.folder = folder
         self.conf = folder / "containers.conf"
         self.conf.write_text("[containers]\ndefault_ulimits = []\n")
-        self.args = ["--root=%s" % (folder / "root"), "--runroot=%s" % (folder / "run"), "--runtime=runc",
-                     "--cgroup-manager=cgroupfs"]
+        # a store, a run folder and a tmp folder of the engine's own: two test
+        # workers' engines at once never share podman's state (its tmp folder
+        # holds the "alive" file whose absence reads as a reboot)
+        self.args = ["--root=%s" % (folder / "root"), "--runroot=%s" % (folder / "run"),
+                     "--tmpdir=%s" % (folder / "tmp"), "--runtime=runc", "--cgroup-manager=cgroupfs"]
         self.image = ""
 
     def env(self) -> dict:
@@ -75,7 +79,9 @@ def podman_engine(tmp_path_factory):
     if built.returncode != 0:
         pytest.fail("tests/images/build.sh: %s" % built.stderr.strip()[-400:])
     tar = built.stdout.strip().splitlines()[-1]
-    engine = Engine(tmp_path_factory.mktemp("podman"))
+    # podman refuses a runroot path of over 50 characters, which a pytest
+    # worker's tmp folder is: the store goes in a short folder of its own
+    engine = Engine(Path(tempfile.mkdtemp(prefix="mu-podman-", dir="/tmp")))
     engine.image = "localhost/mu-test:%s" % Path(tar).stem
     engine.podman("import", "-q", tar, engine.image, timeout=300)
     yield engine
