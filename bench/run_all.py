@@ -32,6 +32,7 @@ BENCHES = (
     "deliveries.py",
     "ssh.py",
     "wait.py",
+    "agent_reads.py",
 )
 
 
