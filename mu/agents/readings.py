@@ -171,12 +171,20 @@ class _Plan(NamedTuple):
     turn: Optional[Reading]
 
 
-def _plan(agent: Agent, clients: Clients) -> _Plan:
+def _plan(agent: Agent, clients: Clients, seen: Dict[Any, Any]) -> _Plan:
+    """`seen` keeps the records many agents share (their plugin's channel
+    seam, their host) for one read: one lookup each, not one per agent."""
     job = jobs.find(agent.job)
-    host = hosting.of(agent, job)
+    host_key = ("host", job.host if job is not None and job.host else agent.host)
+    if host_key not in seen:
+        seen[host_key] = hosting.of(agent, job)
+    host = seen[host_key]
+    seam_key = ("seam", agent.plugin)
+    if seam_key not in seen:
+        seen[seam_key] = channel_seam(agent.plugin)
     turn = None
     client = None
-    if channel_seam(agent.plugin) is None:
+    if seen[seam_key] is None:
         turn = channel.unknown(f"plugin {agent.plugin} declares no channel")
     elif job is None or host is None:
         turn = channel.unknown(job_status(clients, host, job).get("reason", "no job"))
@@ -191,7 +199,8 @@ def read_all(agents: List[Agent], clients: Clients, *, last_text: bool = True) -
     """Every agent in `agents`, in order, through the same clients, read
     as `read` reads one, with the calls of every agent in flight together
     (the module's docstring)."""
-    plans = [_plan(a, clients) for a in agents]
+    seen: Dict[Any, Any] = {}
+    plans = [_plan(a, clients, seen) for a in agents]
     rounds = _Rounds()
     # the first round: every agent's job.status and readStates; the second: the lastRuns they call for
     first = rounds.run([(lambda c, p=p: _status(c, clients, p)) for p in plans]
