@@ -140,6 +140,8 @@ AGENT_OTHERWISE = [
     ("agent", "show", "ws/a", "--j"), ("agent", "read", "ws/a", "-n5"), ("agent", "read", "ws/a", "-n=5"),
     ("agent", "read", "ws/a", "--json", "-n", "5"), ("agent", "read", "-n", "5", "ws/a"),
     ("agent", "read", "ws/a", "-n", "-5"),
+    # a text that is not UTF-8 (as Python keeps its bytes): docopt's path checks every text
+    ("agent", "show", "ws/a\udcff"), ("agent", "read", "ws/a", "-n", "4\udcff"),
 ]
 # Command lines docopt refuses: the hand parse takes none of them either.
 AGENT_REFUSED = [

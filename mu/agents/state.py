@@ -162,12 +162,9 @@ def state() -> Snapshot:
         quiet = set() if clients is not None else \
             {name for name, h in by_host.items() if name not in draining and not hosting.is_lost(h)}
 
-        # every asked agent's calls in flight together (mu.agents.readings.read_all)
-        seen = _read_asked(records.agents, clients) if clients is not None else {}
-
         def other(row: Glance) -> AgentState:
             host = by_host.get(row.job_host or row.host)
-            one = _asked(row, seen) if clients is not None else _from_records(row, host)
+            one = _asked(row, clients) if clients is not None else _from_records(row, host)
             if one.liveness == DEAD or row.job_state in (None, "stopped") or host is not None \
                     and host.name in draining:
                 notices.extend(_agent_notices(one, row, host, margin_ms, now_ms))
@@ -218,20 +215,14 @@ def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: 
 AGENT_HEADERS = ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")
 
 
-def _read_asked(rows: List[Glance], clients: "readings.Clients") -> Dict[str, "readings.AgentReading"]:
-    """The reading of each agent of `rows` still recorded, by name:
-    `job.status` and `readStates`, the calls of all in flight together."""
+def _asked(row: Glance, clients: "readings.Clients") -> AgentState:
+    """One agent, asked of its plugin: `job.status`, `readStates`, its pane."""
     from mu.agents import readings
 
-    found = [a for a in (agents.find(row.workstream, row.name) for row in rows) if a is not None]
-    return {a.agent: one for a, one in zip(found, readings.read_all(found, clients, last_text=False))}
-
-
-def _asked(row: Glance, read: Dict[str, "readings.AgentReading"]) -> AgentState:
-    """One agent, asked of its plugin (`_read_asked`), and its pane."""
-    seen = read.get(row.agent)
-    if seen is None:  # closed since the snapshot
+    agent = agents.find(row.workstream, row.name)
+    if agent is None:  # closed since the snapshot
         return _from_records(row, None)
+    seen = readings.read(agent, clients, last_text=False)
     reason = seen.job_status.get("reason") if seen.liveness != ALIVE else seen.turn.reason
     return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, seen.liveness, seen.turn.state,
                       seen.turn.runs, seen.turn.incarnation, reason, _pane_alive(row.pane), bool(row.owes_collect))

@@ -142,8 +142,16 @@ def _agent_read(argv: List[str]) -> Optional[Dict[str, object]]:
 
 
 def _plain_word(word: str) -> bool:
-    """A value docopt takes as it stands: not empty, not read as an option."""
-    return bool(word) and not word.startswith("-")
+    """A value docopt takes as it stands: not empty, not read as an option,
+    and valid UTF-8 (a word that is not goes through docopt's path, where
+    every text of a command line is checked)."""
+    if not word or word.startswith("-"):
+        return False
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False  # bytes that are not UTF-8, as Python keeps them (surrogate escapes)
+    return True
 
 
 def hand_parsed(argv: List[str]) -> Optional[Tuple[Dict[str, object], bool]]:
