@@ -344,8 +344,8 @@ def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
     reconciled (mu.agents.life: the one effect a read may call)."""
     clients = readings.Clients()
     found = []
-    for a in names:
-        reading = readings.read(a, clients)  # job.status on a provider host or a profile alike
+    # job.status on a provider host or a profile alike, every agent's calls in flight together
+    for a, reading in zip(names, readings.read_all(names, clients)):
         seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
         reading = reading._replace(job=seen.job, job_status=seen.liveness,
                                    liveness=readings.liveness_of(seen.liveness))

@@ -22,6 +22,8 @@ import functools
 import hashlib
 import os
 
+from mu.protocol import conforms
+
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "plugin-protocol-v1.json")
 
 
@@ -138,6 +140,11 @@ def validate_definition(name: str, instance: object) -> None:
 
     Raises SchemaViolation; KeyError if the schema has no such definition.
     """
+    # most values conform, and mu.protocol.conforms decides that without
+    # jsonschema; anything else (a failure, a case it is not sure of) is
+    # jsonschema's, so its words are the ones reported
+    if conforms.verdict(_schema()["$defs"], name, instance) is True:
+        return
     validator = _validator(name)
     jsonschema = _jsonschema()
     error = jsonschema.exceptions.best_match(validator.iter_errors(instance))

@@ -165,6 +165,21 @@ def test_list_shows_turn_runs_incarnation_liveness_and_last_text_with_one_proces
     assert "TURN" in human.stdout and "LAST TEXT" in human.stdout and "done: wrote the file" in human.stdout
 
 
+def test_a_listing_keeps_every_agents_calls_in_flight_together(world):
+    # two rounds, not three round trips per agent: every job.status and
+    # readStates is written before the first answer is awaited, then every
+    # lastRun (mu.agents.readings.read_all)
+    for n in range(4):
+        world.agent(f"ws/a{n}", runs=n + 1)
+    before = len(world.sent_all())
+    found = listed()
+    assert [found[f"ws/a{n}"]["runs"] for n in range(4)] == [1, 2, 3, 4]
+    methods = [m.get("method") for m in world.sent_all()[before:]]
+    calls = [m for m in methods if m in ("job.status", "channel.readStates", "channel.lastRun")]
+    assert calls == ["job.status"] * 4 + ["channel.readStates"] * 4 + ["channel.lastRun"] * 4, methods
+    assert methods.count("initialize") == 1  # one plugin process for them all
+
+
 @pytest.mark.parametrize("status", [{"state": "ended", "exit": 0}, {"state": "lost", "reason": "oom"}])
 def test_an_ended_or_lost_job_reads_dead_whatever_the_channel_says(world, status):
     world.agent("ws/a", state="busy", runs=4)

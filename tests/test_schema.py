@@ -367,7 +367,10 @@ def test_importing_mu_schema_or_declaration_does_not_import_jsonschema():
         "s.schema_digest(); s.METHODS; s.EFFECT_METHODS\n"
         "before = 'jsonschema' in sys.modules\n"
         "s.validate_definition('errorData', {'kind': 'permanent'})\n"
-        "print(before, 'jsonschema' in sys.modules)\n"
+        "valid = 'jsonschema' in sys.modules\n"
+        "assert s.result_problem('job.status', {'state': 'nope'})\n"
+        "print(before, valid, 'jsonschema' in sys.modules)\n"
     )
-    # The second value shows the check can see jsonschema once it is loaded.
-    assert _fresh_python(code) == "False True"
+    # A value that conforms is decided without jsonschema (mu.protocol.conforms);
+    # the last value shows the check can see jsonschema once a failure loads it.
+    assert _fresh_python(code) == "False False True"

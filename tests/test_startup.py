@@ -123,3 +123,82 @@ def test_a_read_spelled_otherwise_still_goes_through_docopt(isolated, argv):
     out = run_mu(*argv)
     assert out.returncode == 0, out.stderr
     assert out.stdout.lstrip().startswith("{")  # docopt took the abbreviated or moved --json
+
+
+# `mu agent list`, `show` and `read` are parsed by hand too, by shape: every
+# documented spelling, with names and values a person types.
+AGENT_SPELLINGS = [
+    ("agent", "list"), ("agent", "list", "--json"),
+    ("agent", "show", "ws/a"), ("agent", "show", "ws/a", "--json"), ("agent", "show", "list"),
+    ("agent", "read", "ws/a"), ("agent", "read", "ws/a", "--json"), ("agent", "read", "ws/a", "-n", "5"),
+    ("agent", "read", "ws/a", "-n", "5", "--json"), ("agent", "read", "read", "-n", "x"),
+]
+# Spellings docopt accepts that the hand parse leaves to it (moved,
+# abbreviated or attached options, `--`, a name docopt reads as an option).
+AGENT_OTHERWISE = [
+    ("agent", "list", "--js"), ("agent", "--json", "list"), ("agent", "show", "--json", "ws/a"),
+    ("agent", "show", "ws/a", "--j"), ("agent", "read", "ws/a", "-n5"), ("agent", "read", "ws/a", "-n=5"),
+    ("agent", "read", "ws/a", "--json", "-n", "5"), ("agent", "read", "-n", "5", "ws/a"),
+    ("agent", "read", "ws/a", "-n", "-5"),
+    # a text that is not UTF-8 (as Python keeps its bytes): docopt's path checks every text
+    ("agent", "show", "ws/a\udcff"), ("agent", "read", "ws/a", "-n", "4\udcff"),
+]
+# Command lines docopt refuses: the hand parse takes none of them either.
+AGENT_REFUSED = [
+    ("agent", "show", "--json", "--json"), ("agent", "list", "ws/a"), ("agent", "read", "ws/a", "-n"),
+    ("agent", "show"), ("agent", "show", "ws/a", "ws/b"), ("agent", "read", "ws/a", "--json", "--json"),
+    ("agent", "show", "--", "ws/a"),
+]
+
+
+@pytest.mark.parametrize("argv", AGENT_SPELLINGS + AGENT_OTHERWISE + AGENT_REFUSED)
+def test_the_agent_reads_parsed_by_hand_are_what_docopt_makes_of_them(argv):
+    from docopt import DocoptExit, docopt
+
+    from mu.cli import main
+
+    try:
+        answer = docopt(main.group_module("agent").__doc__, argv=list(argv), default_help=False)
+    except DocoptExit:
+        answer = None
+    hand = main.hand_parsed(list(argv))
+    if argv in AGENT_OTHERWISE + AGENT_REFUSED:
+        assert hand is None, argv  # left to docopt, the one source of the usage and its errors
+        assert (answer is None) == (argv in AGENT_REFUSED), argv
+        return
+    assert answer is not None and hand is not None, argv
+    args, calls = hand
+    assert calls  # show and read call plugins; list may, when there are agents
+    assert {key: answer[key] for key in args} == args, argv
+    assert not any(value for key, value in answer.items() if key not in args), argv
+
+
+def test_agent_list_over_no_agents_loads_neither_the_api_nor_docopt_nor_sqlite3(isolated):
+    assert run_mu("agent", "list").returncode == 0  # the first run makes the database
+    for args in (("agent", "list"), ("agent", "list", "--json")):
+        names = imported(*args)
+        assert loaded(names, CALLING + NOT_FOR_LISTS + ("mu.api", "mu.store.db", "sqlite3", "typing")) == [], args
+    assert run_mu("agent", "list").stdout == "no agents\n"
+    assert run_mu("agent", "list", "--json").stdout == "[]\n"
+
+
+def test_agent_show_and_read_load_no_docopt(isolated):
+    # They call plugins, so they load the runtime; their command line is
+    # still parsed by hand (and an unknown agent is refused as before).
+    for args in (("agent", "show", "ws/nope"), ("agent", "read", "ws/nope", "-n", "3", "--json")):
+        done = subprocess.run([sys.executable, "-X", "importtime", str(MU), *args], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), timeout=60)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "docopt" not in done.stderr and "| mu.cli.main" in done.stderr
+        assert [line for line in done.stderr.splitlines() if line.startswith("mu: ")] == \
+            ["mu: no agent named ws/nope"], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv", AGENT_OTHERWISE[:4] + [("agent", "read", "x", "-n", "-5")])
+def test_an_agent_read_spelled_otherwise_still_goes_through_docopt(isolated, argv):
+    out = run_mu(*argv)
+    if argv[-1] == "-5":  # docopt takes -5 as -n's value, and the verb refuses it
+        assert out.returncode == 2 and out.stderr == "mu: -n takes a whole number above 0, not -5\n", out.stderr
+        return
+    assert out.returncode in (0, 2), out.stderr  # an agent mu does not know is refused as such
+    assert "bad usage" not in out.stderr and "Traceback" not in out.stderr

@@ -19,6 +19,12 @@ reading's incarnation is what mu then knows the agent runs
 
 `Clients` holds one `PluginClient` per plugin for the whole invocation,
 so reading any number of agents starts one plugin process per plugin.
+`read_all` keeps the calls of many agents in flight together: every
+agent's `job.status` and `readStates` are written before the first
+answer is read (`PluginProcess.submit`, then each handle's `result`:
+docs/DECISIONS.md, the reactor), then every `lastRun` the answers call
+for, so a listing waits for two rounds, not for three round trips per
+agent.
 Reads never call an effect and never resolve an intent; the one thing a
 read writes is the agent's incarnation when it learned another one.
 """
@@ -29,7 +35,8 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu.agents import hosting, jobseam
 from mu.agents.hosting import Host
-from mu.errors import MuError, StateError
+from mu.deadline import Deadline
+from mu.errors import MuError, Retryable, StateError
 from mu.runtime.client import PluginClient
 from mu.seams import channel
 from mu.seams.channel import Reading
@@ -150,35 +157,204 @@ def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentRead
     """Read one agent: `job.status`, then its channel's reading and (with
     `last_text`) its last settled turn.  Never raises for a plugin that
     cannot answer: what could not be read is `unknown` with the reason."""
+    return read_all([agent], clients, last_text=last_text)[0]
+
+
+class _Plan(NamedTuple):
+    """One agent's records, and the client its channel is asked through
+    (None when its channel cannot be asked: `turn` says why)."""
+
+    agent: Agent
+    job: Optional[Job]
+    host: Optional[Host]
+    client: Optional[PluginClient]
+    turn: Optional[Reading]
+
+
+def _plan(agent: Agent, clients: Clients, seen: Dict[Any, Any]) -> _Plan:
+    """`seen` keeps the records many agents share (their plugin's channel
+    seam, their host) for one read: one lookup each, not one per agent."""
     job = jobs.find(agent.job)
-    host = hosting.of(agent, job)
-    status = job_status(clients, host, job)
-    last = None
-    seam = channel_seam(agent.plugin)
+    host_key = ("host", job.host if job is not None and job.host else agent.host)
+    if host_key not in seen:
+        seen[host_key] = hosting.of(agent, job)
+    host = seen[host_key]
+    seam_key = ("seam", agent.plugin)
+    if seam_key not in seen:
+        seen[seam_key] = channel_seam(agent.plugin)
+    turn = None
     client = None
-    if seam is None:
+    if seen[seam_key] is None:
         turn = channel.unknown(f"plugin {agent.plugin} declares no channel")
     elif job is None or host is None:
-        turn = channel.unknown(status.get("reason", "no job"))
+        turn = channel.unknown(job_status(clients, host, job).get("reason", "no job"))
     elif hosting.is_lost(host):
         turn = channel.unknown(f"host {host.name} is lost")
     else:
         client = clients.get(job.plugin)
-    if client is not None and job is not None and host is not None:
+    return _Plan(agent, job, host, client, turn)
+
+
+def read_all(agents: List[Agent], clients: Clients, *, last_text: bool = True) -> List[AgentReading]:
+    """Every agent in `agents`, in order, through the same clients, read
+    as `read` reads one, with the calls of every agent in flight together
+    (the module's docstring)."""
+    seen: Dict[Any, Any] = {}
+    plans = [_plan(a, clients, seen) for a in agents]
+    rounds = _Rounds()
+    # the first round: every agent's job.status and readStates; the second: the lastRuns they call for
+    first = rounds.run([(lambda c, p=p: _status(c, clients, p)) for p in plans]
+                       + [(lambda c, p=p: _turn(c, p)) for p in plans],
+                       [_status_client(clients, p) for p in plans] + [p.client for p in plans])
+    statuses, turns = first[:len(plans)], first[len(plans):]
+    for p, turn in zip(plans, turns):
+        if p.client is not None and turn.state != "unknown":
+            learn_incarnation(p.agent, turn.incarnation)
+    wanted = [p.client if last_text and p.client is not None and turn.runs else None for p, turn in zip(plans, turns)]
+    lasts = rounds.run([(lambda c, p=p, t=t: _last(c, p, t)) for p, t in zip(plans, turns)], wanted)
+    return [AgentReading(p.agent, p.job, p.host, liveness_of(status), status, turn, last)
+            for p, status, turn, last in zip(plans, statuses, turns, lasts)]
+
+
+def _status_client(clients: Clients, plan: _Plan) -> Optional[PluginClient]:
+    """The client `job_status` asks for this agent, or None when it answers
+    from the records (no job, no host, a lost host, a stopped job)."""
+    job, host = plan.job, plan.host
+    if job is None or host is None or hosting.is_lost(host) or job.state == "stopped":
+        return None
+    try:
+        return clients.get(job.plugin)
+    except MuError:
+        return None  # `job_status` meets the same failure and says so
+
+
+def _status(client: Optional[PluginClient], clients: Clients, plan: _Plan) -> Dict[str, Any]:
+    if client is None:
+        return job_status(clients, plan.host, plan.job)  # from the records, or why no client could be had
+    try:
+        return jobseam.status(client, plan.host, plan.job)  # type: ignore[arg-type]
+    except MuError as e:
+        return {"state": "unknown", "reason": e.message}
+
+
+def _turn(client: Optional[PluginClient], plan: _Plan) -> Reading:
+    if client is None:
+        return plan.turn if plan.turn is not None else channel.unknown("not asked")
+    try:
+        return channel.read_state(client, plan.agent, plan.host, plan.job)  # type: ignore[arg-type]
+    except MuError as e:
+        return channel.unknown(e.message)
+
+
+def _last(client: Optional[PluginClient], plan: _Plan, turn: Reading) -> Optional[Dict[str, Any]]:
+    if client is None:
+        return None
+    try:
+        return channel.last_run(client, plan.agent, plan.host, plan.job, turn.runs - 1,  # type: ignore[arg-type]
+                                turn.incarnation)
+    except MuError:
+        return None  # the turn stands; only its text is not known
+
+
+class _Written(Exception):
+    """A seam function's call was written; its answer comes in the second pass."""
+
+
+class _Rounds:
+    """Calls of many agents in flight together, through unchanged seam
+    functions (`job_status`, `channel.read_state`, `channel.last_run`).
+
+    Each of those builds its params, makes one `call`, and checks the
+    answer, with nothing else done between.  So a round runs each function
+    twice, over a stand-in for its client: the first pass writes the call
+    (`submit`) and stops the function there; once every call of the round
+    is written, each handle's `result` is collected; the second pass runs
+    the functions again, and each one's call returns its answer (or raises
+    what the call raised), so the function checks it as it always does.
+    A function that raises before its call (an instance mu did not record
+    the job under) raises the same way in both passes and writes nothing.
+    """
+
+    def run(self, steps: List[Any], clients: List[Optional[PluginClient]]) -> List[Any]:
+        """`steps[i](client)` for each i, `clients[i]` (None: no call, the
+        step runs on None at once) standing in as described."""
+        proxies = [None if c is None else _Proxy(c) for c in clients]
+        for step, proxy in zip(steps, proxies):
+            if proxy is not None:
+                try:
+                    step(proxy)
+                except _Written:
+                    pass
+                except MuError:
+                    pass  # raised before its call: the second pass raises it again, where it is handled
+        for proxy in proxies:
+            if proxy is not None:
+                proxy.collect()
+        return [step(proxy) for step, proxy in zip(steps, proxies)]
+
+
+class _Proxy:
+    """A `PluginClient` as one step of a `_Rounds` sees it: `name` and
+    `instance` are the client's; `call` writes, then answers."""
+
+    def __init__(self, client: PluginClient) -> None:
+        self._client = client
+        self.name = client.name
+        self._pending: Optional[tuple] = None  # (method, params, timeout_s, deadline, handle or error)
+        self._answer: Optional[tuple] = None  # (ok, value)
+        self._collected = False
+
+    @property
+    def instance(self) -> str:
+        return self._client.instance
+
+    def call(self, method: str, params: Dict[str, Any], *, timeout_s: float, **_: Any) -> Any:
+        if self._answer is not None:
+            ok, value = self._answer
+            if ok:
+                return value
+            raise value
+        if self._collected:
+            # the first pass stopped before this call (its client had not
+            # started, and now has): made the ordinary way
+            return self._client.call(method, params, timeout_s=timeout_s)
+        if self._pending is not None:  # a step that calls twice: not one of the read's
+            raise AssertionError(f"{method}: a second call in one step")
+        deadline = Deadline.after(timeout_s)
+        client = self._client
         try:
-            turn = channel.read_state(client, agent, host, job)
+            client.started()
+            process = client.process
+            assert process is not None
+            # as `PluginClient.call` sends it: the call's deadline in its params
+            handle: Any = process.submit(method, dict(params, deadline=deadline.epoch_ms), deadline)
         except MuError as e:
-            turn = channel.unknown(e.message)
-        if turn.state != "unknown":
-            learn_incarnation(agent, turn.incarnation)
-        if last_text and turn.runs:
+            handle = e
+        self._pending = (method, params, timeout_s, deadline, handle)
+        raise _Written
+
+    def collect(self) -> None:
+        self._collected = True
+        if self._pending is None:
+            return
+        method, params, timeout_s, deadline, handle = self._pending
+        client = self._client
+        try:
+            if isinstance(handle, MuError):
+                raise handle
             try:
-                last = channel.last_run(client, agent, host, job, turn.runs - 1, turn.incarnation)
-            except MuError:
-                last = None  # the turn stands; only its text is not known
-    return AgentReading(agent, job, host, liveness_of(status), status, turn, last)
-
-
-def read_all(agents: List[Agent], clients: Clients) -> List[AgentReading]:
-    """Every agent in `agents`, in order, through the same clients."""
-    return [read(a, clients) for a in agents]
+                self._answer = (True, handle.result(deadline))
+            finally:
+                process = client.process
+                if process is not None and process.broken:
+                    client.refused = process.broken
+        except Retryable:
+            # the first try was answered `retryable`: the client's own path
+            # retries it (protocol "Errors"), within what is left of the time
+            left = max(0.001, deadline.remaining())
+            try:
+                self._answer = (True, client.call(method, params, timeout_s=min(timeout_s, left)))
+            except MuError as e:
+                self._answer = (False, e)
+        except MuError as e:
+            self._answer = (False, e)

@@ -24,12 +24,21 @@ Options:
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import sys
 
-from mu import api
+from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params
 from mu.cli.output import emit, emit_json, table
 from mu.errors import UnknownOutcome, UsageError
+
+# `mu.api` (the runtime, the seams, the effects engine) is imported by the
+# verbs that use it, not here: `mu agent list` over no agents reads one
+# row's absence and prints, and pays for nothing else.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict
+
+api = Lazy("mu.api")
 
 VERBS = ("spawn", "list", "show", "read", "reattach", "close", "check")
 
@@ -69,6 +78,11 @@ def verb_spawn(args: Dict[str, Any]) -> int:
 
 
 def verb_list(args: Dict[str, Any]) -> int:
+    from mu.store.listing import no_agents
+
+    if no_agents():  # the same read as mu.cli.main's, which then left the supervisor out
+        sys.stdout.write("[]\n" if args["--json"] else "no agents\n")
+        return 0
     found = api.agent_list()
     if args["--json"]:
         emit_json([a.as_json() for a in found])

@@ -121,6 +121,72 @@ READS: Dict[Tuple[str, ...], Tuple[Dict[str, object], bool]] = {
 }
 
 
+# `mu agent list`, `show` and `read`, parsed by hand the same way for their
+# documented spellings (an agent's name and -n's value are free words, so
+# these are shapes, not a table): `mu agent list [--json]`, `mu agent show
+# <agent> [--json]`, `mu agent read <agent> [-n <lines>] [--json]`, in that
+# order, with no word that docopt could read as an option where a value
+# stands.  They call plugins, so they keep the supervisor, except `mu agent
+# list` over no agents (`_calls_plugins`).
+_AGENT_DEFAULTS = {"agent": True, "--harness": "sh", "--role": "full-access", "-n": "40", "--env": []}
+
+
+def _agent_read(argv: List[str]) -> Optional[Dict[str, object]]:
+    """docopt's answer for a documented spelling of `mu agent list/show/
+    read`, or None for any other command line."""
+    words = argv[1:]
+    json = bool(words) and words[-1] == "--json"
+    if json:
+        words = words[:-1]
+    if words == ["list"]:
+        return dict(_AGENT_DEFAULTS, list=True, **{"--json": json})
+    if len(words) < 2 or words[0] not in ("show", "read") or not _plain_word(words[1]):
+        return None
+    args = dict(_AGENT_DEFAULTS, **{words[0]: True, "<agent>": words[1], "--json": json})
+    if len(words) == 2:
+        return args
+    if words[0] == "read" and len(words) == 4 and words[2] == "-n" and _plain_word(words[3]):
+        args["-n"] = words[3]
+        return args
+    return None
+
+
+def _plain_word(word: str) -> bool:
+    """A value docopt takes as it stands: not empty, not read as an option,
+    and valid UTF-8 (a word that is not goes through docopt's path, where
+    every text of a command line is checked)."""
+    if not word or word.startswith("-"):
+        return False
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False  # bytes that are not UTF-8, as Python keeps them (surrogate escapes)
+    return True
+
+
+def hand_parsed(argv: List[str]) -> Optional[Tuple[Dict[str, object], bool]]:
+    """(docopt's answer, whether the verb may call a plugin) for a command
+    line parsed by hand; None for any other (docopt parses it)."""
+    read = READS.get(tuple(argv))
+    if read is not None:
+        return read
+    if len(argv) >= 2 and argv[0] == "agent":
+        args = _agent_read(argv)
+        if args is not None:
+            return args, True
+    return None
+
+
+def _calls_plugins(argv: List[str], read: Tuple[Dict[str, object], bool]) -> bool:
+    if not read[1]:
+        return False
+    if read[0].get("list") and argv[0] == "agent":
+        from mu.store.listing import no_agents
+
+        return not no_agents()  # nothing to ask: `mu.cli.agent` prints it from that same read
+    return True
+
+
 class _Args(dict):
     """docopt's answer for a command line of `READS`."""
 
@@ -155,7 +221,7 @@ def dispatch(argv: List[str]) -> int:
     if _wants_help(argv[1:]):
         print(usage_of(verb))
         return 0
-    read = READS.get(tuple(argv))
+    read = hand_parsed(argv)
     return module.run(_Args(read[0]) if read is not None else parse(module, argv))
 
 
@@ -196,10 +262,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     from mu.cli.output import error
     from mu.errors import EXIT_INTERNAL, LoadRuleError, MuError, Refused, Terminating, TrustError
 
-    read = READS.get(tuple(argv))
-    if read is not None and not read[1]:
-        supervisor = None  # reads records only: no plugin to stop, nothing to unwind
+    read = hand_parsed(argv)
+    if read is not None:
+        # signals' default first: the lean read below ends by them as well
         _default_signals()
+    if read is not None and not _calls_plugins(argv, read):
+        supervisor = None  # reads records only: no plugin to stop, nothing to unwind
     else:
         from mu.runtime.supervisor import supervisor
 

@@ -1,4 +1,5 @@
-"""The rows `mu plugin list` and `mu host list` print, read lean.
+"""The rows `mu plugin list` and `mu host list` print, and whether
+`mu agent list` has any agent to read, read lean.
 
 These are the verbs people run most for a glance, and a glance pays for
 every module it imports: the record types (`NamedTuple`s, so `typing` and
@@ -8,6 +9,12 @@ with sqlite's JSON functions taking apart what is stored as JSON, and
 imports nothing but the database's opener.  Their `--json` documents are
 built from the full records (`mu.store.plugins`, `mu.store.hosts`).
 
+`mu agent list` over no agents is the cheapest glance of all, and the
+one most often run first: `no_agents()` answers it through `_sqlite3`
+alone (the `sqlite3` package imports `datetime` and more for adapters mu
+never uses), without the opener's set-up, and says "not sure" whenever
+the full path has anything to do or to report.
+
 It also holds the one rule for how a provider host's state reads
 (`shown_state`), which the host records use as well.
 """
@@ -16,12 +23,12 @@ from __future__ import annotations
 
 import time
 
-from mu.store import db
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
     from typing import List, Optional, Tuple
+
+_no_agents: Optional[bool] = None
 
 
 def shown_state(state: str, deadline_at: Optional[int], margin_ms: int, at_ms: Optional[int] = None) -> str:
@@ -37,6 +44,8 @@ def shown_state(state: str, deadline_at: Optional[int], margin_ms: int, at_ms: O
 def plugin_rows() -> List[Tuple[str, str, str]]:
     """(name, seams, argv) of every registered plugin, by name: its seams'
     names sorted and joined by ',', its argv's words joined by ' '."""
+    from mu.store import db
+
     with db.reading() as conn:
         names = _plain(conn, "SELECT name FROM plugins ORDER BY name")
         # json_each's key is the index in an array, the member's name in an
@@ -58,6 +67,8 @@ def host_rows() -> Tuple[List[tuple], List[tuple]]:
     """The hosts as `mu host list` shows them: (name, plugin, state,
     deadline_at) of each provider host, and (name, plugin) of each plugin
     profile."""
+    from mu.store import db
+
     with db.reading() as conn:
         providers = _plain(conn, "SELECT name, plugin, state, deadline_at FROM hosts")
         profiles = _plain(conn, "SELECT name, plugin FROM host_profiles")
@@ -68,3 +79,42 @@ def _plain(conn: sqlite3.Connection, sql: str) -> list:
     cursor = conn.execute(sql)
     cursor.row_factory = None  # plain tuples: these rows are printed, never looked up by column
     return cursor.fetchall()
+
+
+def no_agents() -> bool:
+    """True when mu's database is there, of this mu's schema, and holds no
+    agent; False when it holds one, and whenever this read is not sure (no
+    database yet, another schema, a malformed `MU_DB_BUSY_TIMEOUT_MS`,
+    anything sqlite reports): then the caller takes the full path, which
+    creates, migrates, waits and reports as every verb does.  One read per
+    invocation: a second call gives the first one's answer."""
+    global _no_agents
+    if _no_agents is None:
+        _no_agents = _read_no_agents()
+    return _no_agents
+
+
+def _read_no_agents() -> bool:
+    import os
+
+    try:
+        from mu import environment
+        from mu.store.migrations import LATEST
+
+        environment.db_busy_timeout_ms()  # malformed: the full path refuses it, as every verb does
+        path = environment.db_path()
+        if not os.path.isfile(path):
+            return False  # made on the full path's first open
+        import _sqlite3
+
+        # Only SELECTs: no transaction of its own, no write, and a reader
+        # of a WAL database waits for no writer.
+        conn = _sqlite3.connect(path, isolation_level=None)
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] != LATEST:
+                return False
+            return conn.execute("SELECT 1 FROM agents LIMIT 1").fetchone() is None
+        finally:
+            conn.close()
+    except Exception:
+        return False
