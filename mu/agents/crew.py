@@ -180,25 +180,36 @@ class Live:
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._round()
+            except Exception as e:  # noqa: BLE001 - a reader that died would freeze the screen on an old frame
+                self._error = f"the reader failed ({type(e).__name__}: {e}); it tries again"
+                with self._lock:
+                    self._asking_since = None
+                self._cancel_watches()
+                self._stopping.wait(FULL_S)
+
+    def _round(self) -> None:
+        """One full read, then the watches until the next one."""
         from mu.errors import MuError
 
-        while not self._stopping.is_set():
-            self._refresh.clear()
-            with self._lock:
-                self._asking_since = time.monotonic()
-            try:
-                full, self._readings = _snapshot(self._clients)
-                self._error = None
-            except MuError as e:
-                self._error = e.message  # mu's state unreadable this once: say so, keep the last frame
-                full = None
-            with self._lock:
-                if full is not None:
-                    self._newest = full
-                self._asking_since = None
+        self._refresh.clear()
+        with self._lock:
+            self._asking_since = time.monotonic()
+        try:
+            full, self._readings = _snapshot(self._clients)
+            self._error = None
+        except MuError as e:
+            self._error = e.message  # mu's state unreadable this once: say so, keep the last frame
+            full = None
+        with self._lock:
             if full is not None:
-                self._arm(full)
-            self._follow(time.monotonic() + FULL_S)
+                self._newest = full
+            self._asking_since = None
+        if full is not None:
+            self._arm(full)
+        self._follow(time.monotonic() + FULL_S)
 
     def _arm(self, full: Frame) -> None:
         """A watch past its runs for each asked agent on a streamed channel

@@ -128,7 +128,7 @@ READS: Dict[Tuple[str, ...], Tuple[Dict[str, object], bool]] = {
 # order, with no word that docopt could read as an option where a value
 # stands.  They call plugins, so they keep the supervisor, except `mu agent
 # list` over no agents (`_calls_plugins`).
-_AGENT_DEFAULTS = {"agent": True, "--harness": "sh", "--role": "full-access", "-n": "40", "--env": []}
+_AGENT_DEFAULTS = {"agent": True, "--harness": None, "--role": "full-access", "-n": "40", "--env": []}
 
 
 def _agent_read(argv: List[str]) -> Optional[Dict[str, object]]:
