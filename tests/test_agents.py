@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from agent_commands import ready
 from conftest import ROOT, run_mu, wait_for
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
@@ -88,7 +89,9 @@ def bound_box(tmp_path, monkeypatch):
 
 
 def spawn(name: str = "w/a", *extra: str, command: str = "echo hello from $MU_AGENT; sleep 60", env=None):
-    return run_mu("agent", "spawn", name, "--host", "box", "--command", command, *extra, env=env)
+    """Spawn a command that speaks the channel just enough to be ready
+    (`agent_commands.ready`): these tests are not about readiness."""
+    return run_mu("agent", "spawn", name, "--host", "box", "--command", ready(command), *extra, env=env)
 
 
 def show(name: str = "w/a") -> dict:

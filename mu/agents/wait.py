@@ -4,7 +4,8 @@ reads").
 
 Events: `settled` (a turn past the agent's cursor settled: its
 observation), `dead` (its job ended or was lost: `job.status`, never the
-channel), `restarted` (its channel restarted: the new incarnation) and
+channel; a job that ended before its agent ever showed a sign of life is
+no event but the failure it is, `Permanent`, exit 5), `restarted` (its channel restarted: the new incarnation) and
 `deadline` (a host of the agents watched reached its deadline margin: the
 urgent event, exit 7).
 
@@ -199,7 +200,7 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         status = readings.job_status(clients, w.host, w.job)
         if readings.liveness_of(status) == readings.DEAD or w.job is None:
             if named:
-                return Event(w.name, "dead", None, status)
+                return _dead(w, status, clients)
             continue  # "every live agent": a dead one is not waited for
         live.append(w)
     if not live:
@@ -214,6 +215,32 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         for w in live:
             if w.watch is not None and not w.watch.fired:
                 w.watch.cancel()  # protocol "The channel": every watch it leaves
+
+
+def _dead(w: Watched, status: Dict[str, Any], clients: readings.Clients) -> Event:
+    """The agent's `dead`, or the failure it is: a job that ended before
+    its agent ever showed a sign of life (`channel.shows_life`: it never
+    wrote its turn record) never was an agent, and raises `Permanent`
+    (exit 5) naming its exit."""
+    if status.get("state") == "ended" and _never_ready(w, clients):
+        raise Permanent(f"agent {w.name}'s job ended (exit {status.get('exit')}) before it was ever ready: its"
+                        f" program never spoke mu's channel",
+                        f"`mu agent read {w.name}` shows its pane's last lines; `mu agent close {w.name}` frees"
+                        f" the name")
+    return Event(w.name, "dead", None, status)
+
+
+def _never_ready(w: Watched, clients: readings.Clients) -> bool:
+    """Whether the agent's channel reads no sign of life from it, even now
+    its job ended; False when its channel cannot be asked (then mu does
+    not know, and the death is an ordinary one)."""
+    if w.job is None or w.host is None or readings.channel_seam(w.agent.plugin) is None:
+        return False
+    try:
+        reading = channel.read_state(clients.get(w.job.plugin), w.agent, w.host, w.job)
+    except MuError:
+        return False
+    return not channel.shows_life(reading)
 
 
 def _learn(event: Event, picked: List[Agent]) -> None:
@@ -382,7 +409,7 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
             for w in live:
                 status = readings.job_status(clients, w.host, w.job)
                 if readings.liveness_of(status) == readings.DEAD:
-                    return Event(w.name, "dead", None, status)
+                    return _dead(w, status, clients)
             liveness_every = min(LIVENESS_MAX_S, liveness_every * 2)
             liveness_at = time.monotonic() + liveness_every
         early = _deadline_event(live, margin_ms)
