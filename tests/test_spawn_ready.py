@@ -16,13 +16,14 @@ the default MU_SPAWN_JOB_MS: the knob is set small.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 from agent_commands import ready
-from conftest import ROOT, run_mu
+from conftest import ROOT, run_mu, wait_for
 from ssh_fixture import sshd  # noqa: F401  (the fixture)
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
@@ -174,3 +175,58 @@ def test_over_ssh_a_spawn_that_never_becomes_ready_fails(ssh_box, isolated, comm
     failed(out, says, CHANNEL_SPEAKERS)
     nothing_left(isolated)
     assert ssh_box.remote_processes("MU_AGENT", "w/a") == {}
+
+
+# -- a job's terminal (issue 17, defect 4) --------------------------------------------------
+
+ON_A_TERMINAL = f"[ -t 0 ] && [ -t 1 ] || {{ echo no terminal; exit 9; }}; exec {sys.executable} {DEMO}"
+
+
+def test_a_bound_job_in_a_tmux_pane_has_its_terminal(tmux_socket, tmp_path, isolated):
+    made = Local(tmp_path)
+    try:
+        out = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", ON_A_TERMINAL, env=QUICK)
+        assert out.returncode == 0, out.stderr
+        sent = run_mu("send", "w/a", "hello")
+        assert sent.returncode == 0, sent.stderr
+        waited = run_mu("wait", "w/a", "--timeout", "30", "--json")
+        assert waited.returncode == 0 and json.loads(waited.stdout)["event"] == "settled", waited.stderr
+    finally:
+        made.finish()
+
+
+def test_a_detached_job_has_a_terminal_of_its_own(tmp_path, isolated, monkeypatch):
+    monkeypatch.setenv("MU_PANES", "headless")
+    made = Local(tmp_path, "--view", "detached")
+    try:
+        out = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", f"echo 'one\ntwo'; {ON_A_TERMINAL}",
+                     env=QUICK)
+        assert out.returncode == 0, out.stderr
+        log = next((tmp_path / "root").rglob("output.log")).read_bytes()
+        assert log.startswith(b"one\ntwo\n")  # passed as written: no CR added
+    finally:
+        made.finish()
+
+
+# -- smaller ones ------------------------------------------------------------------------
+
+
+def test_env_values_leave_the_job_record_once_the_job_runs_and_a_gone_host_shows_no_runs(tmp_path, isolated,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("MU_PANES", "headless")
+    made = Local(tmp_path)
+    try:
+        out = run_mu("agent", "spawn", "w/a", "--host", "box", "--env", "TOKEN=s3cret-value",
+                     "--command", ready("echo got $TOKEN; sleep 60"), env=QUICK)
+        assert out.returncode == 0, out.stderr
+        record = next((tmp_path / "root").rglob("job.json"))
+        assert b"s3cret-value" not in record.read_bytes()
+        assert "TOKEN" in json.loads(record.read_text())["envNames"]
+        wait_for(lambda: "got s3cret-value" in run_mu("agent", "read", "w/a").stdout, what="the job's env")
+        # the host's folder deleted under the agent: dead (its host is gone), and no runs it never had
+        home = Path(json.loads(run_mu("host", "status", "box", "--json").stdout)["facts"]["path"])
+        shutil.rmtree(home)
+        seen = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)
+        assert (seen["liveness"], seen["turn"], seen["runs"]) == ("dead", "unknown", None), seen
+    finally:
+        made.finish()
