@@ -230,3 +230,26 @@ def test_env_values_leave_the_job_record_once_the_job_runs_and_a_gone_host_shows
         assert (seen["liveness"], seen["turn"], seen["runs"]) == ("dead", "unknown", None), seen
     finally:
         made.finish()
+
+
+def test_a_wait_after_a_spawn_cut_short_after_its_first_prompt_sees_that_turn(tmp_path, isolated, monkeypatch):
+    # issue 17, defect 6: the first prompt's delivery is left `sending`; the
+    # agent takes it and settles turn 1 meanwhile; the wait must count from
+    # that delivery's baseline, not from the runs now (it would wait for turn 2)
+    monkeypatch.setenv("MU_PANES", "headless")
+    made = Local(tmp_path)
+    try:
+        cut = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", f"{sys.executable} {DEMO}",
+                     "--send", "the first prompt", env={"MU_CRASH_AT": "reply-read@channel.send"})
+        assert cut.returncode == -9, cut.stderr
+        assert sql(isolated, "SELECT state FROM deliveries") == [("sending",)]
+        wait_for(lambda: json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["runs"] == 1, 30,
+                 "the first turn settled")
+        waited = run_mu("wait", "w/a", "--timeout", "20", "--json")
+        assert waited.returncode == 0, (waited.returncode, waited.stderr)
+        event = json.loads(waited.stdout)
+        assert event["event"] == "settled" and event["observation"]["runs"] == 1
+        assert "the first prompt" in event["observation"]["lastText"]
+        assert sql(isolated, "SELECT state, baseline_runs FROM deliveries") == [("accepted", 0)]
+    finally:
+        made.finish()

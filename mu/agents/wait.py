@@ -9,7 +9,8 @@ no event but the failure it is, `Permanent`, exit 5), `restarted` (its channel r
 `deadline` (a host of the agents watched reached its deadline margin: the
 urgent event, exit 7).
 
-The cursor.  `after` when given, else the baseline of the agent's last
+The cursor.  `after` when given, else (once the agents' open deliveries
+are resolved, as the next send resolves them) the baseline of the agent's last
 accepted delivery (its runs, and the incarnation they were counted in),
 else its current runs (`channel.baseline`, else its reading).  After a
 `fresh` the turn to wait for is the first of the session the fresh starts,
@@ -47,8 +48,9 @@ event (`report`), one in-life collect of the agent runs, retried with
 backoff on failure; it never clears the final collect.
 
 A wait with no event before `timeout_s` ends with `TimedOut` (exit
-124).  Nothing here writes but the deadline record; nothing calls an
-effect.
+124).  Nothing here writes but the deadline record, and nothing calls an
+effect but what resolves an open delivery (the send's own resolution,
+`mu.agents.deliver.check`).
 """
 
 from __future__ import annotations
@@ -70,11 +72,12 @@ from mu.errors import (
     Permanent,
     Refused,
     TimedOut,
+    UnknownOutcome,
     UsageError,
 )
 from mu.runtime.watches import Watch, wait_any
 from mu.seams import channel
-from mu.store import agents, db, deadlines, deliveries
+from mu.store import agents, db, deadlines, deliveries, intents
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
@@ -172,6 +175,8 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     check_timeout(timeout_s)
     margin_ms = environment.host_deadline_margin_ms()
     picked = pick(names)
+    if after is None:
+        _resolve_open(picked)
     clients = readings.Clients()
     try:
         event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients)
@@ -215,6 +220,27 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         for w in live:
             if w.watch is not None and not w.watch.fired:
                 w.watch.cancel()  # protocol "The channel": every watch it leaves
+
+
+def _resolve_open(picked: List[Agent]) -> None:
+    """Resolve the agents' open deliveries first, as the next send does
+    (`mu.agents.deliver.check`, by each one's rule): a delivery left
+    `sending` (a spawn or a send cut short after it sent) is the cursor the
+    wait counts from, and counting from the runs now would wait for a turn
+    past the one it started.  One that stays open ends the wait (exit 1,
+    naming it): its cursor is not known."""
+    deliver = importlib.import_module("mu.agents.deliver")
+    for agent in picked:
+        for row in deliveries.unresolved(None, agent.workstream, agent.name):
+            if intents.pending(row.subject) is None:
+                continue  # nothing mu can ask resolves it (left for a person)
+            try:
+                deliver.check(agent.agent, row.msg_id)
+            except UnknownOutcome as failure:
+                raise UnknownOutcome(f"delivery {row.msg_id} to {agent.agent} is still unresolved, so the turn to wait"
+                                     f" for is not known: {failure.message}",
+                                     f"`mu agent check {agent.agent} {row.msg_id}` resolves it; or give --after",
+                                     key=row.msg_id) from None
 
 
 def _dead(w: Watched, status: Dict[str, Any], clients: readings.Clients) -> Event:
