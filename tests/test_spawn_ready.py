@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -185,6 +186,13 @@ ON_A_TERMINAL = f"[ -t 0 ] && [ -t 1 ] || {{ echo no terminal; exit 9; }}; exec 
 def test_a_bound_job_in_a_tmux_pane_has_its_terminal(tmux_socket, tmp_path, isolated):
     made = Local(tmp_path)
     try:
+        # one that cannot start first: the tmux pane's last lines, then no window left
+        out = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", "mu-no-such-program", env=QUICK)
+        failed(out, "its job ended (exit 127)", "mu-no-such-program: not found", CHANNEL_SPEAKERS)
+        nothing_left(isolated)
+        windows = subprocess.run(["tmux", "-S", tmux_socket, "list-windows", "-a", "-F", "#{window_name}"],
+                                 capture_output=True, text=True, timeout=10).stdout.split()
+        assert "a" not in windows
         out = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", ON_A_TERMINAL, env=QUICK)
         assert out.returncode == 0, out.stderr
         sent = run_mu("send", "w/a", "hello")
