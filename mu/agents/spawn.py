@@ -65,7 +65,7 @@ import importlib.util
 import os
 import sqlite3
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from mu import environment, panes
 from mu.agents import jobseam, site, split_agent
@@ -587,8 +587,8 @@ def _await_life(client, host: ProviderHost, job: jobs.Job, row: Agent, until: De
     while True:
         try:
             reading = channel_seam.read_state(client, row, host, job, _left(until))
-        except (Permanent, Refused):
-            raise
+        except Permanent:
+            raise  # a channel that cannot read its agent cannot say it is ready
         except CallError as failure:  # a read that may answer next time
             reading = channel_seam.unknown(failure.message)
         if channel_seam.shows_life(reading):
@@ -619,7 +619,7 @@ def _pane_lines(ref: Optional[PaneRef]) -> str:
     it shows none."""
     if ref is None:
         return ""
-    lines: list = []
+    lines: List[str] = []
     for _ in range(PANE_LOOKS):  # a view that follows a log shows it a moment later
         try:
             text = panes.backend_for(ref).tail(ref, PANE_LINES, Deadline.after(5.0))
