@@ -167,12 +167,14 @@ def ssh_box(sshd, monkeypatch):  # noqa: F811
         run_mu("agent", "close", agent["agent"])
 
 
-@pytest.mark.parametrize("command,says", [
-    ("mu-no-such-program", "its job ended"),
-    ("echo a program of its own; sleep 100", "never spoke mu's channel"),
+@pytest.mark.parametrize("argv,says", [
+    (["--command", "mu-no-such-program"], "its job ended"),
+    (["--harness", "demo", "--env", "PATH=/usr/bin:/bin"], "its job ended"),
+    (["--command", f"{sys.executable} {DEMO}", "--env", "PATH="], "its job ended"),
+    (["--command", "sh -c 'echo a program of its own; sleep 100'"], "never spoke mu's channel"),
 ])
-def test_over_ssh_a_spawn_that_never_becomes_ready_fails(ssh_box, isolated, command, says):
-    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", command, env={"MU_SPAWN_JOB_MS": "3000"})
+def test_over_ssh_a_spawn_that_never_becomes_ready_fails(ssh_box, isolated, argv, says):
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", *argv, env={"MU_SPAWN_JOB_MS": "3000"})
     failed(out, says, CHANNEL_SPEAKERS)
     nothing_left(isolated)
     assert ssh_box.remote_processes("MU_AGENT", "w/a") == {}
