@@ -145,7 +145,9 @@ def test_spawn_show_read_and_close(box, isolated):
     assert [a["agent"] for a in listed] == ["w/a"]
     assert "w/a" in run_mu("agent", "list").stdout
     job = json.loads(box.home.joinpath("jobs", seen["job"], "job.json").read_text())
-    assert job["env"]["MU_AGENT"] == "w/a"  # the JobSpec's env carries it
+    # the JobSpec's env carried it (the view's "hello from w/a"); once the
+    # job runs, its record keeps the names only (issue 17)
+    assert "MU_AGENT" in job["envNames"] and "env" not in job
 
     closed = run_mu("agent", "close", "w/a")
     assert closed.returncode == 0, closed.stderr
