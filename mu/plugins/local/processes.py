@@ -7,7 +7,10 @@
   MU_DEMO_AGENT_DIR=<the job folder> (examples/mu-demo-agent keeps its turn
   files there; another command may ignore it), and records its exit status
   (exit.json).  SIGTERM and SIGHUP are passed on to the command, so the
-  status is still recorded.
+  status is still recorded.  The command has a terminal (`Terminal`): the
+  pane's when the wrapper runs in one, else a pty of its own whose output
+  the wrapper copies to its own.  Once it started (or the job was
+  stopped), the spec's env values leave job.json (`forget_env`).
 - bound: the start answers a view whose command is that wrapper: the pane
   runs the job, the plugin never does.
 - detached: the start runs a launcher (--launch-job), a helper of the
