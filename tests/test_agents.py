@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from agent_commands import ready
 from conftest import ROOT, run_mu, wait_for
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
@@ -88,7 +89,9 @@ def bound_box(tmp_path, monkeypatch):
 
 
 def spawn(name: str = "w/a", *extra: str, command: str = "echo hello from $MU_AGENT; sleep 60", env=None):
-    return run_mu("agent", "spawn", name, "--host", "box", "--command", command, *extra, env=env)
+    """Spawn a command that speaks the channel just enough to be ready
+    (`agent_commands.ready`): these tests are not about readiness."""
+    return run_mu("agent", "spawn", name, "--host", "box", "--command", ready(command), *extra, env=env)
 
 
 def show(name: str = "w/a") -> dict:
@@ -145,7 +148,9 @@ def test_spawn_show_read_and_close(box, isolated):
     assert [a["agent"] for a in listed] == ["w/a"]
     assert "w/a" in run_mu("agent", "list").stdout
     job = json.loads(box.home.joinpath("jobs", seen["job"], "job.json").read_text())
-    assert job["env"]["MU_AGENT"] == "w/a"  # the JobSpec's env carries it
+    # the JobSpec's env carried it (the view's "hello from w/a"); once the
+    # job runs, its record keeps the names only (issue 17)
+    assert "MU_AGENT" in job["envNames"] and "env" not in job
 
     closed = run_mu("agent", "close", "w/a")
     assert closed.returncode == 0, closed.stderr

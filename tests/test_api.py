@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import fields, is_dataclass
 
 import pytest
+from agent_commands import ready
 from conftest import ROOT, run_mu, wait_for
 
 from mu import api
@@ -48,7 +49,7 @@ def test_tasks_through_the_api_match_the_cli():
 
 
 def test_the_life_of_an_agent_through_the_api(box):
-    spawned = api.agent_spawn("w/a", "box", command="echo api; sleep 60", env={"X": "1"})
+    spawned = api.agent_spawn("w/a", "box", command=ready("echo api; sleep 60"), env={"X": "1"})
     assert spawned.agent.agent == "w/a" and spawned.agent.view == "bound" and spawned.key == spawned.agent.job
     assert not supervisor.running()  # the plugin it started is stopped
     wait_for(lambda: api.agent_show("w/a").state == "running", what="the job running")
@@ -188,7 +189,7 @@ def detached_box(tmp_path, monkeypatch):
 
 
 def test_read_reattach_and_release_through_the_api(detached_box):
-    api.agent_spawn("w/d", "box", command="echo from the api; sleep 60")
+    api.agent_spawn("w/d", "box", command=ready("echo from the api; sleep 60"))
     wait_for(lambda: "from the api" in api.agent_read("w/d", 5).output, what="the view's output")
     read = api.agent_read("w/d", 5)
     assert read.as_json() == {"agent": read.agent.as_json(), "lines": 5, "output": read.output, "lastText": None}

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from agent_commands import ready
 from conftest import run_mu, start_mu, wait_for
 from test_site import Host, git, make_checkout, one_error_line, rows
 
@@ -56,7 +57,7 @@ def spawn_working(tmp_path: Path, text: str = "agent-work", command: str = WORK,
     """Spawn an agent that commits once; returns when it has."""
     done = tmp_path / f"done-{name.replace('/', '-')}"
     out = run_mu("agent", "spawn", name, "--host", "box", "--worktree", "--command",
-                 command.format(text=text, done=done))
+                 ready(command.format(text=text, done=done)))
     assert out.returncode == 0, out.stderr
     wait_for(done.exists, 20, "the agent's commit")
     return done
@@ -116,7 +117,7 @@ def test_collect_counts_what_is_new_since_the_last_one(host, checkout, tmp_path)
     command = ("echo 1 > one.txt && git add one.txt && git commit -q -m one && touch {done}.1 && sleep 1 && "
                "echo 2 > two.txt && git add two.txt && git commit -q -m two && touch {done}; sleep 60")
     done = tmp_path / "done-w-a"
-    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", command.format(done=done))
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", ready(command.format(done=done)))
     assert out.returncode == 0, out.stderr
     wait_for(Path(f"{done}.1").exists, 20, "the first commit")
     first = json.loads(run_mu("collect", "w/a", "--json").stdout)
@@ -172,7 +173,7 @@ def test_a_fetch_that_fails_moves_nothing(liar_host, checkout, tmp_path):
 
 
 def test_collect_of_an_agent_without_a_worktree_or_of_no_agent(host, isolated):
-    out = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", "sleep 60")
+    out = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", ready("sleep 60"))
     assert out.returncode == 0, out.stderr
     no_tree = run_mu("collect", "w/b")
     assert no_tree.returncode == 2 and "has no worktree" in one_error_line(no_tree)
@@ -307,7 +308,7 @@ def test_the_api_collects_with_typed_results_and_errors(host, checkout, tmp_path
     with pytest.raises(NotFound) as nobody:
         api.collect("w/nobody")
     assert nobody.value.exit_code == 2
-    assert run_mu("agent", "spawn", "w/b", "--host", "box", "--command", "sleep 60").returncode == 0
+    assert run_mu("agent", "spawn", "w/b", "--host", "box", "--command", ready("sleep 60")).returncode == 0
     with pytest.raises(Refused):
         api.collect("w/b")
     assert run_mu("agent", "close", "w/b").returncode == 0

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import pytest
+from agent_commands import ready
 from conftest import ROOT, run_mu, wait_for
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
@@ -190,7 +191,7 @@ def liar_host(tmp_path, plugin_dir, checkout, monkeypatch):
 
 
 def spawn(*extra: str, command: str = "sleep 60", env=None, name: str = "w/a"):
-    return run_mu("agent", "spawn", name, "--host", "box", "--worktree", *extra, "--command", command, env=env)
+    return run_mu("agent", "spawn", name, "--host", "box", "--worktree", *extra, "--command", ready(command), env=env)
 
 
 def assert_nothing_left(state: Path, host: Host) -> None:
@@ -254,7 +255,7 @@ def test_a_spawn_outside_a_git_checkout_is_refused(host, isolated, tmp_path, mon
 
 
 def test_from_without_worktree_is_bad_usage(host, isolated):
-    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--from", "HEAD", "--command", "sleep 60")
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--from", "HEAD", "--command", ready("sleep 60"))
     assert out.returncode == 2
     assert "--from goes with --worktree" in one_error_line(out)
     assert rows(isolated, "jobs") == []
@@ -390,7 +391,7 @@ def test_a_signal_in_the_site_step_leaves_what_the_next_verb_cleans(host, isolat
 def test_two_spawns_of_one_name_at_once_make_one_tree(host, isolated):
     from conftest import start_mu
 
-    both = [start_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", "sleep 60") for _ in range(2)]
+    both = [start_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", ready("sleep 60")) for _ in range(2)]
     codes = sorted(p.wait(timeout=60) for p in both)
     said = "".join(p.stderr.read() for p in both)
     for p in both:
@@ -415,7 +416,7 @@ def test_close_removes_the_tree_and_its_row(host, isolated):
 
 def test_the_tree_is_mu_s_business_only_on_its_host(host, isolated):
     assert spawn().returncode == 0
-    out = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", "sleep 60")
+    out = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", ready("sleep 60"))
     assert out.returncode == 0, out.stderr
     assert [r["agent"] for r in rows(isolated, "trees")] == ["w/a"]  # no --worktree, no tree
     assert run_mu("agent", "close", "w/b").returncode == 0

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from agent_commands import ready
 from conftest import ROOT, _descendants, run_mu
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
-COMMAND = "echo hello from $MU_AGENT; sleep 60"
+COMMAND = ready("echo hello from $MU_AGENT; sleep 60")
 
 
 class Box:

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, run_mu, wait_for
+from conftest import ROOT, run_mu, start_mu, wait_for
 from ssh_fixture import sshd  # noqa: F401  (the fixture)
 
 from mu import schema
@@ -304,6 +304,21 @@ def test_a_plugin_killed_while_it_waits_for_the_take_leaves_one_delivery(agent):
         again.client.stop()
 
 
+def _while_spawning(spawning, agent: str) -> dict:
+    """`mu agent show <agent>` once the spawn running in `spawning` has
+    recorded the agent's view (it then waits for the agent's readiness)."""
+    def shown():
+        out = run_mu("agent", "show", agent, "--json")
+        if out.returncode != 0:
+            assert spawning.poll() is None, spawning.communicate()
+            return None
+        seen = json.loads(out.stdout)
+        return seen if seen.get("pane") and seen.get("incarnation") == 1 else None
+
+    wait_for(lambda: shown() is not None, 60, f"{agent}'s view and incarnation")
+    return shown()
+
+
 def test_the_channel_names_the_first_incarnation_from_the_start_and_refuses_a_stale_one(sshd, monkeypatch):  # noqa: F811
     """protocol "The channel" (`channel.baseline`, `expectIncarnation`) and
     "Errors": the baseline names incarnation 1 from the job's start, before
@@ -315,9 +330,11 @@ def test_the_channel_names_the_first_incarnation_from_the_start_and_refuses_a_st
     assert run_mu("host", "add", "box", "--plugin", "ssh").returncode == 0
     gate = sshd.folder / "gate"  # the agent starts on its folder once it exists
     held = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done; exec {sys.executable} {DEMO}'"
-    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", held, timeout=60)
-    assert spawned.returncode == 0, spawned.stderr
-    shown = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)
+    # the spawn waits for the agent's own word (its turn record): the
+    # channel is driven meanwhile, before the agent runs
+    spawning = start_mu("agent", "spawn", "w/a", "--host", "box", "--command", held,
+                        env={"MU_SPAWN_JOB_MS": "60000"})
+    shown = _while_spawning(spawning, "w/a")
     sshd.key = shown["job"]
     drive = Driver(sshd)
     try:
@@ -335,6 +352,8 @@ def test_the_channel_names_the_first_incarnation_from_the_start_and_refuses_a_st
         early = drive.call("channel.send", expectIncarnation=1, **send("m-1", "plant a tree"))
         assert early == {"channel": "ssh", "ack": "unknown", "baseline": 0, "msgId": "m-1"}
         gate.write_text("")
+        _, err = spawning.communicate(timeout=60)
+        assert spawning.returncode == 0, err  # ready once the agent wrote its turn record
         assert "plant a tree" in drive.settled(1)["lastText"]
 
         # after a fresh the agent runs incarnation 2: one that expects 1 is refused
@@ -361,15 +380,14 @@ def test_the_channel_names_the_first_incarnation_from_the_start_and_refuses_a_st
 
     # a job that ended before its agent wrote a turn record: no baseline
     gate.unlink()
-    spawned = run_mu("agent", "spawn", "w/b", "--host", "box", "--command", held, timeout=60)
-    assert spawned.returncode == 0, spawned.stderr
-    key = json.loads(run_mu("agent", "show", "w/b", "--json").stdout)["job"]
+    spawning = start_mu("agent", "spawn", "w/b", "--host", "box", "--command", held, env={"MU_SPAWN_JOB_MS": "12000"})
+    key = _while_spawning(spawning, "w/b")["job"]
     other = PluginClient("ssh", sshd.plugin_argv())
     where = {"target": dict(target(key), agent={"workstream": "w", "name": "b", "incarnation": 1})}
     try:
         assert other.call("channel.baseline", where, timeout_s=40) == {"runs": 0, "incarnation": 1}
-        closed = run_mu("agent", "close", "w/b", timeout=60)
-        assert closed.returncode == 0, closed.stderr
+        _, err = spawning.communicate(timeout=60)
+        assert spawning.returncode == 5 and "never spoke mu's channel" in err, err  # never ready: stopped
         assert not (sshd.work / "jobs" / job_name(key) / "turn.json").exists()
         assert other.call("channel.baseline", where, timeout_s=40) is None
     finally:

@@ -28,10 +28,15 @@
    exit 1 naming the msgId.
 5. The view: a pane running the start's `view` command, and the agent row
    (or the placeholder's pane) on the kind's channel.
-6. Readiness: an `at-start` kind's start `baseline`, else
-   `channel.baseline` answering within `MU_SPAWN_JOB_MS`.  Then an
-   `on-send` kind's first prompt goes as a `channel.send` delivery
-   (`mu.agents.deliver`).
+6. Readiness, within `MU_SPAWN_JOB_MS`: the session the job starts on
+   (an `at-start` kind's start `baseline`, else `channel.baseline`), then
+   the agent's own sign of life: a reading in a turn state it wrote
+   (`mu.seams.channel.shows_life`; docs/DECISIONS.md, "Readiness is the
+   agent's own word").  A job that ends first, or one that runs without
+   it when the time is out, fails the spawn (exit 5) with the pane's last
+   lines, and nothing of it is kept (an at-start first prompt that rode
+   in the start is `not-accepted`).  Then an `on-send` kind's first
+   prompt goes as a `channel.send` delivery (`mu.agents.deliver`).
 
 A failure after the start stops the job (`job.stop`, an effect, in close's
 order: a bound view dies first) before the record goes, and the error
@@ -59,11 +64,12 @@ import importlib
 import importlib.util
 import os
 import sqlite3
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+import time
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from mu import environment, panes
 from mu.agents import harnesses, jobseam, site, split_agent
-from mu.deadline import Deadline
+from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.effects import engine
 from mu.errors import CallError, MuError, NotFound, Permanent, Refused, Terminating, UnknownOutcome, UsageError
 from mu.ids import uuid7
@@ -469,6 +475,7 @@ def _finish(client, host: ProviderHost, job: jobs.Job, plan: Plan, view: Dict[st
     then an on-send kind's first prompt.  Any failure stops the job before
     the record goes; a signal ends the pane and records the stop as owed."""
     opened: Dict[str, PaneRef] = {}
+    lifeless: Dict[str, bool] = {}
     step = "its view"  # protocol "The job" step 5
     try:
         try:
@@ -476,12 +483,14 @@ def _finish(client, host: ProviderHost, job: jobs.Job, plan: Plan, view: Dict[st
             agent = _open_view(host, job, plan, view, opened)
             crashpoints.reach("spawn-view-opened")
             step = "its readiness"  # step 6
-            ready = _ready(client, host, job, plan, start)
+            ready = _ready(client, host, job, plan, start, opened.get("ref"), lifeless)
         except MuError as failure:
             journal().record(f"agent {job.agent}: {step} failed ({failure.message}); stopping job {job.token}",
                              plugin=host.plugin)
             failure.message = f"the spawn of {job.agent} failed at {step}: {failure.message}"
             _undo(client, host, job, opened.get("ref"))
+            if lifeless:
+                _drop_first_prompt(job, failure.message)
             raise
     except Terminating:
         # protocol "Process": a terminating mu sends no request, so the stop
@@ -527,29 +536,108 @@ def _open_view(host: ProviderHost, job: jobs.Job, plan: Plan, view: Dict[str, An
     return agent
 
 
-def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan,
-           start: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """Step 6: the start's baseline for an at-start kind (checked `runs: 0`
-    with the reply), else `channel.baseline` answering within
-    `MU_SPAWN_JOB_MS` (its incarnation becomes the agent's `first_inc`, and
-    the incarnation its deliveries expect)."""
-    if plan.at_start:
-        if isinstance(start, dict) and isinstance(start.get("baseline"), dict):
-            return start["baseline"]
-        row = agents.find(plan.workstream, plan.name)
-        baseline: Dict[str, Any] = {"runs": 0}  # checked with the reply that recorded the start
-        if row is not None and row.first_inc is not None:
-            baseline["incarnation"] = int(row.first_inc)
-        return baseline
+def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan, start: Optional[Dict[str, Any]],
+           ref: Optional[PaneRef], lifeless: Dict[str, bool]) -> Optional[Dict[str, Any]]:
+    """Step 6, within `MU_SPAWN_JOB_MS`: the session the job starts on,
+    then the agent's own sign of life.
+
+    The session: the start's baseline for an at-start kind (checked `runs:
+    0` with the reply), else `channel.baseline` (its incarnation becomes
+    the agent's `first_inc`, and the incarnation its deliveries expect).
+    A channel may name it from the job's start, before the agent runs, so
+    it proves nothing of the agent.  The sign of life is a reading of the
+    agent in a turn state it wrote (`channel.shows_life`): until then the
+    job is asked `job.status`, and a job that ended (or was lost) fails the
+    spawn at once with the pane's last lines; one that still runs when the
+    time is out fails it too, saying that only a program that speaks mu's
+    channel takes deliveries."""
+    until = Deadline.after(environment.spawn_job_ms() / 1000)
     row = agents.find(plan.workstream, plan.name)
     assert row is not None  # step 5 wrote it
-    answer = channel_seam.baseline(client, row, host, job, environment.spawn_job_ms() / 1000)
-    inc = jobseam.first_inc({"baseline": answer})
-    if inc is not None:
-        with db.transaction() as conn:
-            agents.set_first_inc(conn, plan.workstream, plan.name, inc)
-            agents.set_incarnation(conn, plan.workstream, plan.name, int(inc))  # what deliveries expect
+    if plan.at_start:
+        if isinstance(start, dict) and isinstance(start.get("baseline"), dict):
+            answer: Optional[Dict[str, Any]] = start["baseline"]
+        else:
+            answer = {"runs": 0}  # checked with the reply that recorded the start
+            if row.first_inc is not None:
+                answer["incarnation"] = int(row.first_inc)
+    else:
+        answer = channel_seam.baseline(client, row, host, job, _left(until))
+        inc = jobseam.first_inc({"baseline": answer})
+        if inc is not None:
+            with db.transaction() as conn:
+                agents.set_first_inc(conn, plan.workstream, plan.name, inc)
+                agents.set_incarnation(conn, plan.workstream, plan.name, int(inc))  # what deliveries expect
+            row = agents.find(plan.workstream, plan.name) or row
+    _await_life(client, host, job, row, until, ref, lifeless)
     return answer
+
+
+READY_POLL_FIRST_S, READY_POLL_MAX_S = 0.05, 0.5
+PANE_LINES = 10  # how much of the pane a failed readiness shows
+PANE_LOOKS, PANE_LOOK_S = 6, 0.25  # how long a failed readiness waits for the pane to show something
+
+
+def _left(until: Deadline) -> float:
+    return max(0.05, min(until.remaining(), READ_TIMEOUT_S))
+
+
+def _await_life(client, host: ProviderHost, job: jobs.Job, row: Agent, until: Deadline,
+                ref: Optional[PaneRef], lifeless: Dict[str, bool]) -> None:
+    """Wait for the agent's own sign of life (`channel.shows_life`), asking
+    the job's liveness between readings; raise `Permanent` (exit 5) when
+    the job ended before it, or when `until` passes without it (and set
+    `lifeless["yes"]`: the agent never took anything)."""
+    pause = READY_POLL_FIRST_S
+    said = ""
+    while True:
+        try:
+            reading = channel_seam.read_state(client, row, host, job, _left(until))
+        except Permanent:
+            raise  # a channel that cannot read its agent cannot say it is ready
+        except CallError as failure:  # a read that may answer next time
+            reading = channel_seam.unknown(failure.message)
+        if channel_seam.shows_life(reading):
+            return
+        said = reading.reason or said
+        status = jobseam.status(client, host, job)
+        if status.get("state") in ("ended", "lost"):
+            how = (f"exit {status.get('exit')}" if status.get("state") == "ended"
+                   else f"lost: {status.get('reason')}")
+            lifeless["yes"] = True
+            raise Permanent(f"its job ended ({how}) before the agent ever showed a sign of life"
+                            f"{_pane_lines(ref)}", NOT_A_CHANNEL_SPEAKER)
+        if until.expired:
+            lifeless["yes"] = True
+            raise Permanent(f"the agent gave no sign of life within MU_SPAWN_JOB_MS"
+                            f" ({environment.spawn_job_ms()} ms){': ' + said if said else ''}; its command runs"
+                            f" but never spoke mu's channel{_pane_lines(ref)}", NOT_A_CHANNEL_SPEAKER)
+        time.sleep(min(pause, max(0.0, until.remaining())))
+        pause = min(READY_POLL_MAX_S, pause * 2)
+
+
+NOT_A_CHANNEL_SPEAKER = ("only a program that speaks mu's channel (the demo agent, `--harness demo`, and the"
+                         " harnesses) can take deliveries; nothing of the spawn was kept")
+
+
+def _pane_lines(ref: Optional[PaneRef]) -> str:
+    """The pane's last lines, to end a failed readiness' message; "" when
+    it shows none."""
+    if ref is None:
+        return ""
+    lines: List[str] = []
+    for _ in range(PANE_LOOKS):  # a view that follows a log shows it a moment later
+        try:
+            text = panes.backend_for(ref).tail(ref, PANE_LINES, Deadline.after(5.0))
+        except MuError:
+            return ""
+        lines = [line for line in text.splitlines() if line.strip()]
+        if lines:
+            break
+        time.sleep(PANE_LOOK_S)
+    if not lines:
+        return "; its pane shows nothing"
+    return "; its pane's last lines:\n" + "\n".join("  " + line for line in lines[-PANE_LINES:])
 
 
 def _undo(client, host: ProviderHost, job: jobs.Job, ref: Optional[PaneRef]) -> None:
@@ -562,6 +650,18 @@ def _undo(client, host: ProviderHost, job: jobs.Job, ref: Optional[PaneRef]) -> 
     else:
         jobseam.stop(client, host, job, failed_spawn=True)
         _close_quietly(ref)
+
+
+def _drop_first_prompt(job: jobs.Job, why: str) -> None:
+    """An at-start kind's first prompt rode in a start whose job is now
+    stopped before its agent ever took it: it is `not-accepted` (the agent
+    never will), so no open delivery is left behind."""
+    if job.first_msg_id is None:
+        return
+    with db.transaction() as conn:
+        row = deliveries.find(job.first_msg_id, conn)
+        if row is not None and row.state != "not-accepted":
+            deliveries.set_state(conn, job.first_msg_id, "not-accepted", f"its job was stopped: {why}")
 
 
 def _close_quietly(ref: Optional[PaneRef]) -> None:

@@ -4,11 +4,13 @@ reads").
 
 Events: `settled` (a turn past the agent's cursor settled: its
 observation), `dead` (its job ended or was lost: `job.status`, never the
-channel), `restarted` (its channel restarted: the new incarnation) and
+channel; a job that ended before its agent ever showed a sign of life is
+no event but the failure it is, `Permanent`, exit 5), `restarted` (its channel restarted: the new incarnation) and
 `deadline` (a host of the agents watched reached its deadline margin: the
 urgent event, exit 7).
 
-The cursor.  `after` when given, else the baseline of the agent's last
+The cursor.  `after` when given, else (once the agents' open deliveries
+are resolved, as the next send resolves them) the baseline of the agent's last
 accepted delivery (its runs, and the incarnation they were counted in),
 else its current runs (`channel.baseline`, else its reading).  After a
 `fresh` the turn to wait for is the first of the session the fresh starts,
@@ -46,8 +48,9 @@ event (`report`), one in-life collect of the agent runs, retried with
 backoff on failure; it never clears the final collect.
 
 A wait with no event before `timeout_s` ends with `TimedOut` (exit
-124).  Nothing here writes but the deadline record; nothing calls an
-effect.
+124).  Nothing here writes but the deadline record, and nothing calls an
+effect but what resolves an open delivery (the send's own resolution,
+`mu.agents.deliver.check`).
 """
 
 from __future__ import annotations
@@ -69,11 +72,12 @@ from mu.errors import (
     Permanent,
     Refused,
     TimedOut,
+    UnknownOutcome,
     UsageError,
 )
 from mu.runtime.watches import Watch, wait_any
 from mu.seams import channel
-from mu.store import agents, db, deadlines, deliveries
+from mu.store import agents, db, deadlines, deliveries, intents
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
@@ -174,6 +178,8 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     check_timeout(timeout_s)
     margin_ms = environment.host_deadline_margin_ms()
     picked = pick(names)
+    if after is None:
+        _resolve_open(picked)
     clients = readings.Clients()
     try:
         event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also)
@@ -202,7 +208,7 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         status = readings.job_status(clients, w.host, w.job)
         if readings.liveness_of(status) == readings.DEAD or w.job is None:
             if named:
-                return Event(w.name, "dead", None, status)
+                return _dead(w, status, clients)
             continue  # "every live agent": a dead one is not waited for
         live.append(w)
     if not live:
@@ -217,6 +223,53 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         for w in live:
             if w.watch is not None and not w.watch.fired:
                 w.watch.cancel()  # protocol "The channel": every watch it leaves
+
+
+def _resolve_open(picked: List[Agent]) -> None:
+    """Resolve the agents' open deliveries first, as the next send does
+    (`mu.agents.deliver.check`, by each one's rule): a delivery left
+    `sending` (a spawn or a send cut short after it sent) is the cursor the
+    wait counts from, and counting from the runs now would wait for a turn
+    past the one it started.  One that stays open ends the wait (exit 1,
+    naming it): its cursor is not known."""
+    deliver = importlib.import_module("mu.agents.deliver")
+    for agent in picked:
+        for row in deliveries.unresolved(None, agent.workstream, agent.name):
+            if intents.pending(row.subject) is None:
+                continue  # nothing mu can ask resolves it (left for a person)
+            try:
+                deliver.check(agent.agent, row.msg_id)
+            except UnknownOutcome as failure:
+                raise UnknownOutcome(f"delivery {row.msg_id} to {agent.agent} is still unresolved, so the turn to wait"
+                                     f" for is not known: {failure.message}",
+                                     f"`mu agent check {agent.agent} {row.msg_id}` resolves it; or give --after",
+                                     key=row.msg_id) from None
+
+
+def _dead(w: Watched, status: Dict[str, Any], clients: readings.Clients) -> Event:
+    """The agent's `dead`, or the failure it is: a job that ended before
+    its agent ever showed a sign of life (`channel.shows_life`: it never
+    wrote its turn record) never was an agent, and raises `Permanent`
+    (exit 5) naming its exit."""
+    if status.get("state") == "ended" and _never_ready(w, clients):
+        raise Permanent(f"agent {w.name}'s job ended (exit {status.get('exit')}) before it was ever ready: its"
+                        f" program never spoke mu's channel",
+                        f"`mu agent read {w.name}` shows its pane's last lines; `mu agent close {w.name}` frees"
+                        f" the name")
+    return Event(w.name, "dead", None, status)
+
+
+def _never_ready(w: Watched, clients: readings.Clients) -> bool:
+    """Whether the agent's channel reads no sign of life from it, even now
+    its job ended; False when its channel cannot be asked (then mu does
+    not know, and the death is an ordinary one)."""
+    if w.job is None or w.host is None or readings.channel_seam(w.agent.plugin) is None:
+        return False
+    try:
+        reading = channel.read_state(clients.get(w.job.plugin), w.agent, w.host, w.job)
+    except MuError:
+        return False
+    return not channel.shows_life(reading)
 
 
 def _learn(event: Event, picked: List[Agent]) -> None:
@@ -387,7 +440,7 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
             for w in live:
                 status = readings.job_status(clients, w.host, w.job)
                 if readings.liveness_of(status) == readings.DEAD:
-                    return Event(w.name, "dead", None, status)
+                    return _dead(w, status, clients)
             liveness_every = min(LIVENESS_MAX_S, liveness_every * 2)
             liveness_at = time.monotonic() + liveness_every
         early = _deadline_event(live, margin_ms)

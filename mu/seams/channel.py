@@ -19,6 +19,12 @@ What a caller may rely on:
   unknown answer (`Unanswered`), never a settle.
 - Nothing here decides liveness: that is the job's `job.status`
   (`mu.agents.jobseam.status`), asked by the caller.
+- `shows_life` is what readiness means (protocol "The job" step 6, as mu
+  reads it: docs/DECISIONS.md, "Readiness is the agent's own word"): the
+  channel reports a turn state the agent itself wrote (`idle`, `busy` or
+  `blocked`).  `channel.baseline` only names the session a job starts on
+  (a channel may know it from the job's start, before the agent runs), so
+  its answer is never taken for a sign of life.
 """
 
 from __future__ import annotations
@@ -111,6 +117,14 @@ def read_state(client: PluginClient, agent: Agent, host: Host, job: Job,
         return unknown(f"plugin {client.name}'s reading of {name} is not valid: {problem}")
     return Reading(mine["state"], mine["since"], mine["runs"], mine["incarnation"], mine.get("reason"),
                    mine.get("pending"))
+
+
+def shows_life(reading: Reading) -> bool:
+    """Whether a reading is the agent's own word: a turn state it wrote
+    (its turn record, for the demo agent and the harness bridges), not the
+    `unknown` a channel answers before the agent spoke, or without a
+    reading of it (protocol "The channel")."""
+    return reading.state in ("idle", "busy", "blocked")
 
 
 def baseline(client: PluginClient, agent: Agent, host: Host, job: Job,

@@ -6,7 +6,8 @@ folder (turns.py; docs/local-provider.md, "Turn files" and "The channel"):
 
 - reads: channel.readStates answers only the asked agent (the job's own,
   from its spec), from turn.json: idle, busy, blocked (with its pending
-  question) or unknown (before the agent wrote one); channel.baseline is
+  question) or unknown (before the agent wrote one), and no reading of a
+  job whose folder is gone (never "runs 0"); channel.baseline is
   {runs, incarnation}: from turn.json, else {runs: 0, incarnation: 1}
   from the job's start (the session an agent starts on a folder without a
   turn record is the first), null once the job ended without one;
@@ -103,11 +104,12 @@ class ChannelSeam:
             raise sdk.Permanent("targets must be a list of <workstream>/<name>")
         try:
             folder, job = self._channel_job(call)
-        except sdk.Permanent as exc:
-            asked = demo_turns.asked_agent(call.target)
-            reading = {"state": "unknown", "since": now_ms(), "runs": 0, "incarnation": FIRST_INCARNATION,
-                       "reason": exc.message}
-            return {asked: reading} if asked in targets else {}
+        except sdk.Permanent:
+            # no job folder (its host's folder deleted, the host released):
+            # there is no turn to read, so no reading, never "runs 0"
+            # (protocol "The channel": mu reads none as an unknown turn, and
+            # the job's liveness, lost, says why)
+            return {}
         agent = _job_agent(job, call)
         # protocol "The channel": only the asked agent's reading; another
         # name gets none (mu reads that as an unknown turn)

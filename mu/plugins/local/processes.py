@@ -7,7 +7,10 @@
   MU_DEMO_AGENT_DIR=<the job folder> (examples/mu-demo-agent keeps its turn
   files there; another command may ignore it), and records its exit status
   (exit.json).  SIGTERM and SIGHUP are passed on to the command, so the
-  status is still recorded.
+  status is still recorded.  The command has a terminal (`Terminal`): the
+  pane's when the wrapper runs in one, else a pty of its own whose output
+  the wrapper copies to its own.  Once it started (or the job was
+  stopped), the spec's env values leave job.json (`forget_env`).
 - bound: the start answers a view whose command is that wrapper: the pane
   runs the job, the plugin never does.
 - detached: the start runs a launcher (--launch-job), a helper of the
@@ -41,7 +44,7 @@ import sys
 import time
 
 from mu import sdk
-from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree
+from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree, write_json
 from mu.plugins.local.layout import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, STOP_FILE
 
 STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL
@@ -293,6 +296,27 @@ def end_job(folder: "str | None", token: "str | None") -> None:
         raise sdk.UnknownOutcome("job processes still run after SIGKILL")
     if folder is not None and os.path.isdir(folder) and wrapper is not None:
         create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
+    if folder is not None:
+        forget_env(folder)  # a stopped job never runs: nothing needs its env now
+
+
+def forget_env(folder: str) -> None:
+    """Drop the spec's env values from job.json, keeping their names
+    (`envNames`): they are kept only while the job may still need them,
+    until its command started or it was stopped (a value may be a secret
+    the person gave `--env`).  Every writer writes the same record, so two
+    at once agree."""
+    path = os.path.join(folder, JOB_FILE)
+    job = read_json(path)
+    if not job or "env" not in job:
+        return
+    names = sorted(job.get("env") or {})
+    job.pop("env")
+    job["envNames"] = names
+    try:
+        write_json(path, job)
+    except OSError:
+        pass  # a folder gone meanwhile keeps nothing anyway
 
 
 def _alive(wrapper):
@@ -357,13 +381,17 @@ def run_job(folder: str) -> int:
         create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
         sys.stderr.write("mu-plugin-local: job %s was stopped before it started\n" % job.get("key"))
         return 143
+    terminal = Terminal()
     try:
         child.append(subprocess.Popen(["sh", "-c", job["cmd"]], cwd=job["cwd"], env=_job_env(os.environ, job, folder),
-                                      stdin=subprocess.DEVNULL))
+                                      stdin=terminal.stdin, stdout=terminal.stdout, stderr=terminal.stdout))
     except OSError as exc:
+        terminal.close()
         sys.stderr.write("mu-plugin-local: cannot start the job: %s\n" % (exc.strerror or exc))
         create_json(os.path.join(folder, EXIT_FILE), {"exit": 127, "at": now_ms()})
         return 127
+    terminal.started()
+    forget_env(folder)  # the command has its environment: job.json keeps none of its values
     for signum in caught:  # one that came while it started
         try:
             os.kill(child[0].pid, signum)
@@ -371,8 +399,103 @@ def run_job(folder: str) -> int:
             pass
     code = child[0].wait()
     code = 128 - code if code < 0 else code
+    terminal.close()
     create_json(os.path.join(folder, EXIT_FILE), {"exit": code, "at": now_ms()})
     return code
+
+
+class Terminal:
+    """The job's terminal (docs/local-provider.md, "A job's terminal"): a
+    job whose view is a pane gets a terminal for its stdin and stdout, as a
+    job in an SSH host's tmux does.  When the wrapper runs in one (a bound
+    view in a tmux pane), the job shares it: the person at the pane types
+    to it.  Else (a detached job's log, a headless pane's) the job gets a
+    pty of its own, whose output the wrapper copies to its own stdout,
+    byte for byte (no CR is added); nothing types to it."""
+
+    ROWS, COLUMNS = 50, 160
+
+    def __init__(self) -> None:
+        self.stdin = None
+        self.stdout = None
+        self._shared = None
+        self._master = None
+        self._copier = None
+        try:
+            if os.isatty(1):
+                self._shared = os.open(os.ttyname(1), os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+                self.stdin = self._shared
+                return
+        except OSError:
+            self._shared = None
+        try:
+            self._master, slave = _open_pty(self.ROWS, self.COLUMNS)
+        except OSError:
+            self.stdin = open(os.devnull, "rb")  # noqa: SIM115  (no pty on this host: as before)
+            return
+        self.stdin = self.stdout = slave
+
+    def started(self) -> None:
+        """The job runs: the wrapper's copy of the pty's slave goes (so the
+        pty reads as closed once the job's own copies are), and its output
+        is copied from then on."""
+        import threading
+
+        if self._master is None:
+            return
+        os.close(self.stdout)
+        self.stdin = self.stdout = None
+        self._copier = threading.Thread(target=self._copy, daemon=True)
+        self._copier.start()
+
+    def _copy(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._master, 65536)
+            except OSError:
+                return  # EIO: every copy of the slave is closed
+            if not chunk:
+                return
+            try:
+                while chunk:
+                    chunk = chunk[os.write(1, chunk):]
+            except OSError:
+                pass  # a view gone: the job goes on
+
+    def close(self) -> None:
+        if self._copier is not None:
+            self._copier.join(0.5)  # what the job wrote last
+        for fd in (self._shared, self._master, self.stdout if self._master is not None else None):
+            if isinstance(fd, int):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._shared = self._master = None
+        if self.stdin is not None and not isinstance(self.stdin, int):
+            self.stdin.close()
+
+
+def _open_pty(rows, columns):
+    """A pty pair (master, slave) of `rows` x `columns`, whose output is
+    passed as written (no newline is turned into CR LF)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR  # oflag
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        os.set_inheritable(master, False)
+    except OSError:
+        os.close(master)
+        os.close(slave)
+        raise
+    return master, slave
 
 
 def follow_job(folder: str) -> int:
