@@ -4,7 +4,7 @@ Subjects, each `bin/mu` run by the interpreter that runs mu, spawn to
 exit, on examples/mu-plugin-local with headless panes, against a private
 state folder:
 
-- `mu agent spawn` of one bound agent (a `sleep`) then `mu agent close`
+- `mu agent spawn` of one bound agent (the demo agent, ready once it wrote its turn record) then `mu agent close`
   of it, as one pair: two plugin processes, `job.start`, a pane, the
   channel's baseline, the view's kill and `job.stop`.  Floor: `mu host
   exec <host> -- true` on the same host (one plugin process, one link
@@ -36,6 +36,7 @@ import harness
 from harness import ROOT, Row, mu, run_s
 
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
+DEMO = os.path.join(ROOT, "examples", "mu-demo-agent")
 SIZES = (1, 100, 1000)
 SLOPE_TARGET = 1.5
 
@@ -98,7 +99,8 @@ def body(opts: harness.Options) -> None:
     life = setup_host(folder, os.path.join(folder, "life"))
 
     def spawn_close() -> float:
-        spawned = run_s(mu("agent", "spawn", "b/a", "--host", "box", "--command", "sleep 60"), life)
+        # the demo agent: a spawn is ready only once the agent wrote its turn record
+        spawned = run_s(mu("agent", "spawn", "b/a", "--host", "box", "--command", DEMO), life)
         return spawned + run_s(mu("agent", "close", "b/a"), life)
 
     sides = {

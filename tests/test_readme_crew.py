@@ -4,8 +4,8 @@ by one with bash, in a folder of the reader's own (where `examples` is the
 checkout's), each held to what the text around it promises.
 
 The state folder is mu's default under XDG_STATE_HOME (no MU_STATE_DIR,
-which mu keeps from plugins and so from the agents' panes): so the `mu
-task` that bob runs in his pane writes the same graph."""
+which mu keeps from plugins and so from the agents' panes), as a reader's
+would be."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def crew_commands() -> List[str]:
 
 def test_the_crew_chapter_runs_from_plan_to_evidence(tmp_path, monkeypatch):
     commands = crew_commands()
-    assert len(commands) == 17 and commands[0].startswith("mu plugin add local")  # the chapter, pinned
+    assert len(commands) == 20 and commands[0].startswith("mu plugin add local")  # the chapter, pinned
     monkeypatch.delenv("MU_STATE_DIR")
     monkeypatch.setenv("MU_PANES", "headless")
     monkeypatch.setenv("PATH", os.pathsep.join([str(ROOT / "bin"), str(ROOT / "examples"),
