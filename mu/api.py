@@ -56,16 +56,27 @@ __all__ = [
 
 @contextlib.contextmanager
 def _plugins_stopped() -> Iterator[None]:
-    """Stop the plugin processes started inside the block when it ends."""
+    """Stop the plugin processes started inside the block when it ends,
+    unless a signal ends mu: the supervisor then stops every plugin itself,
+    as mu ends (protocol "Process"), and says so."""
+    from mu.errors import Terminating
     from mu.runtime.supervisor import supervisor
 
     before = set(map(id, supervisor.running()))
     try:
         yield
-    finally:
-        for process in supervisor.running():
-            if id(process) not in before:
-                process.stop("the verb is done")
+    except Terminating:
+        raise
+    except BaseException:
+        _stop_new(supervisor, before)
+        raise
+    _stop_new(supervisor, before)
+
+
+def _stop_new(supervisor: Any, before: set) -> None:
+    for process in supervisor.running():
+        if id(process) not in before:
+            process.stop("the verb is done")
 
 
 # -- tasks ------------------------------------------------------------------------
