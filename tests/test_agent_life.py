@@ -1,6 +1,6 @@
 """An agent's life after its spawn, through bin/mu against
 examples/mu-plugin-local (protocol "The job" and "Host facts in mu's
-reads", DESIGN "Agents: the life of one"): reattach, read --json, the
+reads", mu-agent(1)): reattach, read --json, the
 reconcile every read runs, a lost host's jobs, and a release that agents
 still use.
 

@@ -1,5 +1,5 @@
 """`mu task` and `mu agent` driven through bin/mu against
-examples/mu-plugin-local (DESIGN "Agents: the life of one", protocol
+examples/mu-plugin-local (mu-agent(1), protocol
 "The job").
 
 The plugin is registered with `mu plugin add` (its detached mode as a

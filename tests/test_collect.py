@@ -1,4 +1,4 @@
-"""`mu collect` and the final collect of `mu agent close` (DESIGN "Collects")
+"""`mu collect` and the final collect of `mu agent close` (mu-collect(1))
 on examples/mu-plugin-local with real git.
 
 The agent is a shell command that commits in its worktree; the caller's

@@ -1,4 +1,4 @@
-"""Deliveries exactly once (DESIGN "Deliveries"; protocol "The channel",
+"""Deliveries exactly once (mu-send(1); protocol "The channel",
 "Effects and replay"): `mu send`, `mu command`, `mu interrupt`, `mu abort`
 and `mu answer` through bin/mu, against mu-plugin-fake as a provider whose
 channel records every delivery it makes in a file (`FAKE_INBOX`), so a

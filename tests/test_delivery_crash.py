@@ -1,4 +1,4 @@
-"""SIGKILL mu at each crash point of every delivery kind (DESIGN "Quality":
+"""SIGKILL mu at each crash point of every delivery kind (the project's test rules:
 crash at every effect step, and show that replay resolves each exactly
 once), with `receipt: "exact"` and with dedupe only.
 

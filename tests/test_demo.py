@@ -1,6 +1,6 @@
 """The README's first command: `make demo` runs examples/demo.sh, the whole
 agent path on the local provider and the demo agent, with no network
-(DESIGN "The reference agent path").  This runs the script itself, in a
+(the README's `make demo`).  This runs the script itself, in a
 folder of the test's, and checks what a person reading its output is told
 happened really happened."""
 

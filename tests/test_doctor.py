@@ -1,4 +1,4 @@
-"""`mu doctor` (DESIGN "The command line"): each fault a test plants is
+"""`mu doctor` (mu(1)): each fault a test plants is
 found, with the command that resolves it, and exit 1; a well state exits
 0.  The doctor only reads: what it finds is still there after it ran.
 

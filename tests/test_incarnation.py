@@ -1,5 +1,5 @@
 """What mu knows of an agent's channel session (protocol "The channel":
-`incarnation`, `expectIncarnation`; DESIGN "Waiting, without a race").
+`incarnation`, `expectIncarnation`; mu-wait(1)).
 
 - mu records the incarnation from the spawn's readiness on, and from every
   reading, reply and watch that names one; every delivery that takes

@@ -1,6 +1,6 @@
 """`mu plugin add` again: a new declaration that would strand a record using
 the plugin is refused, naming each record and what it needs, unless
-`--force` (DESIGN, "What mu takes from the redesign": interface checks at
+`--force` (docs/DECISIONS.md: interface checks at
 activation; mu/seams/consumers.py holds the table)."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""A spawn's first prompt (protocol "The job", steps 1, 4 and 6; DESIGN
-"Tasks"): `--send` and `--task`, `at-start` kinds whose first prompt rides in
+"""A spawn's first prompt (protocol "The job", steps 1, 4 and 6; mu-task(1)): `--send` and `--task`, `at-start` kinds whose first prompt rides in
 `job.start`, readiness, and `mu agent check` for a start's msgId.
 
 Driven through bin/mu against mu-plugin-fake as a provider with a channel

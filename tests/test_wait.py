@@ -1,4 +1,4 @@
-"""`mu wait` (DESIGN "Waiting, without a race"; protocol "The channel",
+"""`mu wait` (mu-wait(1); protocol "The channel",
 "Host facts in mu's reads") through bin/mu against the fake plugin, whose
 turns the test writes (`World` in tests/test_readings.py).
 

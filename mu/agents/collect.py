@@ -1,4 +1,4 @@
-"""Collects (DESIGN "Collects"): an agent's commits brought back from its
+"""Collects (mu-collect(1)): an agent's commits brought back from its
 worktree into the spawning checkout, on the branch `mu/<workstream>/<name>`.
 
 `collect(agent, deadline)` is the in-life collect (`mu collect`, and `mu

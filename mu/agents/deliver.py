@@ -1,4 +1,4 @@
-"""Deliveries to an agent, exactly once (DESIGN "Deliveries"; protocol "The
+"""Deliveries to an agent, exactly once (mu-send(1); protocol "The
 channel", "Effects and replay"): `mu send` (and `--steer`, `--fresh`),
 `mu command`, `mu interrupt`, `mu abort`, `mu answer`.
 

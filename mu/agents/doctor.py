@@ -2,8 +2,8 @@
 is not well, the command that resolves it.
 
 The doctor only reads.  It writes no record, calls no effect and resolves
-no intent: what it finds, other verbs fix (DESIGN "What mu takes from the
-redesign": inspect through reads).  Two of its checks ask beyond mu's own
+no intent: what it finds, other verbs fix (mu-doctor(1): inspect
+through reads).  Two of its checks ask beyond mu's own
 files, and each asks read-only: the panes check lists mu's tmux server's
 windows, and the worktrees check runs one `ls` through each live host's
 link (a `link.exec`, which changes nothing on the host).

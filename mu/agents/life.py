@@ -1,7 +1,7 @@
 """The agent verbs after a spawn: list, show, read, reattach and close.
 
 Reads (`list`, `show`, `read`) call no effect but one: their reconcile
-(protocol "The job", DESIGN "Agents: the life of one").  Each read of a
+(protocol "The job", mu-agent(1)).  Each read of a
 started job asks `job.status` (liveness is the plugin's, never the
 pane's), and then:
 
@@ -31,7 +31,7 @@ already stopped, at once).  A job record with no agent row (a spawn whose
 view failed and whose stop's outcome was unknown, or whose start's
 outcome was) is closed the same way.
 
-A job that runs in a worktree (DESIGN "Collects") is stopped with its
+A job that runs in a worktree (mu-collect(1)) is stopped with its
 records kept, marked ended; then its final collect runs
 (`mu.agents.collect.final`), and only then do the tree and the records
 go.  A final collect that fails stops the close there (exit 5) with the
@@ -386,7 +386,7 @@ def close(agent_name: str) -> Closed:
             _forget_job(job)
             journal().record(f"agent close {agent_name}: job {job.token} had ended ({job.ended})", plugin=client.name)
             return closed
-        # DESIGN "Collects": a job in a worktree keeps its records, marked
+        # mu-collect(1): a job in a worktree keeps its records, marked
         # ended, until the final collect is done
         owes = trees.of_agent(agent_name) is not None
         if job.view_kind == "bound":
@@ -414,7 +414,7 @@ def _stop_for_close(client: PluginClient, host: Host, job: Job, keep: bool) -> N
 
 
 def _final(agent_name: str, resolved: str, stopped: bool, client: Optional[PluginClient] = None) -> Closed:
-    """The final collect, then the tree's removal (DESIGN "Collects"), once
+    """The final collect, then the tree's removal (mu-collect(1)), once
     the job is proven gone.  A collect that fails raises
     `FinalCollectFailed` (exit 5): the caller's records stay with the tree,
     and the next close retries.  A tree that is gone is reported lost."""

@@ -238,7 +238,7 @@ def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str]
         raise Refused(f"task {task.id} is already claimed by {task.claimed_by}", "`mu task list` shows the claims")
     if task.claimed_by is None and task.status != "open":  # the task graph: only open work is claimed
         raise Refused(f"task {task.id} is {task.status}", f"`mu task release {task.id} --reopen` opens it again")
-    # DESIGN "Tasks": the brief is the first prompt; a task without one is its title
+    # mu-task(1): the brief is the first prompt; a task without one is its title
     return task.brief if task.brief and task.brief.strip() else task.title, task
 
 

@@ -5,8 +5,7 @@ with the command that resolves it.
 One snapshot.  The records are read inside one read transaction, so the
 agents, jobs, hosts, intents and deliveries it shows are of one moment,
 however many other invocations write meanwhile.  Nothing is written, no
-effect is called and no intent is resolved (DESIGN "What mu takes from
-the redesign": inspect through reads).
+effect is called and no intent is resolved (docs/DECISIONS.md, "inspect through reads": inspect through reads).
 
 Asking the plugins.  Up to `ASK_MAX` agents, each agent's job is asked
 `job.status` and its channel `readStates` (and its pane is looked at),

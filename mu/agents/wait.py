@@ -1,5 +1,4 @@
-"""`mu wait`: the first event among some agents, without a race (DESIGN
-"Waiting, without a race"; protocol "The channel", "Host facts in mu's
+"""`mu wait`: the first event among some agents, without a race (mu-wait(1); protocol "The channel", "Host facts in mu's
 reads").
 
 Events: `settled` (a turn past the agent's cursor settled: its
@@ -294,7 +293,7 @@ def _records(agent: Agent):
 
 def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None:
     """The cursor: `after`, else the last delivery's baseline, else the
-    current runs (DESIGN "Waiting, without a race")."""
+    current runs (mu-wait(1))."""
     if after is not None:
         w.cursor = after
         return

@@ -217,7 +217,7 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE journal ADD COLUMN calls TEXT;
     """,
-    # 10: the task graph (DESIGN "The command line", `mu task`).  A task
+    # 10: the task graph (mu(1), `mu task`).  A task
     # gains its value (impact 1-100 over effort in days), a status (open,
     # in-progress, closed, rejected, deferred) and what closed it; edges say
     # which task is blocked by which (within one workstream); every change
