@@ -205,7 +205,7 @@ def test_close_collects_then_removes_the_tree_and_the_records(host, checkout, is
     before = snapshot(checkout)
     out = run_mu("agent", "close", "w/a")
     assert out.returncode == 0, out.stderr
-    assert f"collected mu/w/a at {head} (1 new commit)" in out.stdout
+    assert f"collected mu/w/a at {head}: 1 commit of the agent's, 1 new with this collect" in out.stdout
     assert git("rev-parse", "mu/w/a", cwd=checkout) == head
     assert snapshot(checkout) == before
     assert rows(isolated, "trees") == [] and rows(isolated, "jobs") == [] and rows(isolated, "agents") == []
@@ -217,7 +217,7 @@ def test_a_detached_agent_is_stopped_then_collected(detached_host, checkout, iso
     head = tree_head(detached_host)
     out = run_mu("agent", "close", "w/a")
     assert out.returncode == 0, out.stderr
-    assert f"collected mu/w/a at {head} (1 new commit)" in out.stdout
+    assert f"collected mu/w/a at {head}: 1 commit of the agent's, 1 new with this collect" in out.stdout
     assert git("rev-parse", "mu/w/a", cwd=checkout) == head
     assert rows(isolated, "trees") == [] and rows(isolated, "jobs") == [] and rows(isolated, "agents") == []
     assert not detached_host.tree().exists()

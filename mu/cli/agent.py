@@ -28,7 +28,7 @@ import sys
 
 from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params
-from mu.cli.output import emit, emit_json, table
+from mu.cli.output import commits_held, emit, emit_json, table
 from mu.errors import UnknownOutcome, UsageError
 
 # `mu.api` (the runtime, the seams, the effects engine) is imported by the
@@ -167,7 +167,7 @@ def verb_close(args: Dict[str, Any]) -> int:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
     if closed.collected is not None:
         got = closed.collected
-        emit(f"collected {got.branch} at {got.commit} ({got.new} new commit{'' if got.new == 1 else 's'})")
+        emit(f"collected {got.branch} at {got.commit}: {commits_held(got)}")
     if closed.lost:
         emit(f"not collected: {closed.lost}")
     emit(f"closed {closed.agent}")

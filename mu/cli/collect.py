@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from mu import api
-from mu.cli.output import emit, emit_json
+from mu.cli.output import commits_held, emit, emit_json
 
 
 def run(args: Dict[str, Any]) -> int:
@@ -20,12 +20,5 @@ def run(args: Dict[str, Any]) -> int:
     if args["--json"]:
         emit_json(got.as_json())
         return 0
-    # what the branch holds, and what this collect added: a wait's own
-    # collect may have brought the agent's commits already
-    emit(f"{got.branch} at {got.commit} in {got.checkout}: {_commits(got.holds)} of the agent's, {got.new} new"
-         " with this collect")
+    emit(f"{got.branch} at {got.commit} in {got.checkout}: {commits_held(got)}")
     return 0
-
-
-def _commits(n: int) -> str:
-    return f"{n} commit{'' if n == 1 else 's'}"

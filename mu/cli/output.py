@@ -44,3 +44,10 @@ def table(rows: list, headers: list) -> None:
     for row in cells:
         parts = [c.ljust(widths[i]) for i, c in enumerate(row[:-1])] + [row[-1]]
         emit("  ".join(parts).rstrip())
+
+
+def commits_held(got: Any) -> str:
+    """What a collect (`mu.api.CollectResult`) left on the branch: the
+    agent's commits it holds, and how many this collect added (a wait's own
+    collect may have brought them already)."""
+    return f"{got.holds} commit{'' if got.holds == 1 else 's'} of the agent's, {got.new} new with this collect"
