@@ -32,10 +32,11 @@ class Bridge:
         self.folder, self.cwd, self.proc = folder, cwd, None
         self.log = folder.parent / "bridge.log"
 
-    def start(self, wait: bool = True) -> "Bridge":
+    def start(self, wait: bool = True, **env: str) -> "Bridge":
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, str(BRIDGE), "claude"], cwd=self.cwd,
-                                         env=dict(os.environ, MU_DEMO_AGENT_DIR=str(self.folder), MU_AGENT="w/a"),
+                                         env=dict(os.environ, MU_DEMO_AGENT_DIR=str(self.folder), MU_AGENT="w/a",
+                                                  **env),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         if wait:
             wait_for(lambda: self.turn() is not None and self.turn()["pid"] == self.proc.pid, 30, "the bridge")
@@ -81,24 +82,6 @@ def test_the_bridge_imports_nothing_but_the_standard_library():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
-
-
-def test_a_harness_killed_mid_turn_is_restarted_and_the_turn_settles_with_the_reason(bridge, claude_env):
-    bridge.start()
-    bridge.deliver("m-1", "STUB_SLOW please")
-    wait_for(lambda: claude_env.seen("STUB_SLOW"), 20, "the slow turn")
-    first = bridge.harness()
-    first.kill()
-    turn = bridge.wait_runs(1)
-    assert turn["lastError"].startswith("the harness exited (")
-    assert turn["incarnation"] == 1  # its session was resumed
-    assert json.loads((bridge.folder / "turns" / "1-1.json").read_text())["lastError"] == turn["lastError"]
-    # the new harness takes the next message on the same session
-    bridge.deliver("m-2", "after the crash")
-    turn = bridge.wait_runs(2)
-    assert (turn["lastText"], turn["incarnation"]) == ("STUB: after the crash", 1)
-    assert bridge.harness().pid != first.pid
-    assert sorted(os.listdir(bridge.folder / "taken")) == ["m-1.json", "m-2.json"]
 
 
 def test_a_bridge_killed_mid_turn_settles_that_turn_once_when_it_starts_again(bridge, claude_env):

@@ -73,6 +73,12 @@ PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 ALLOW_KEYS = ("allow", "yes", "y")
 DENY_KEYS = ("deny", "no", "n")
 UUID_SPACE = uuid.UUID("6d750000-6272-6964-6765-000000000001")  # the bridge's uuid5 namespace
+# Test-only crash points, as mu's own (mu/runtime/crashpoints.py, which the
+# bridge cannot import): MU_CRASH_AT=<point> SIGKILLs the bridge there.
+# bridge-recorded: a take is in turn.json, not yet in taken/; bridge-taken:
+# in taken/ too, not yet given to the harness; bridge-given: written to the
+# harness, nothing after.
+CRASH_AT = os.environ.get("MU_CRASH_AT", "")
 
 
 class BridgeError(Exception):
@@ -97,6 +103,11 @@ def first_line(text, limit=200):
             line = line.strip()
             return line if len(line) <= limit else line[:limit - 3] + "..."
     return "(no text)"
+
+
+def crash_point(name):
+    if CRASH_AT == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def message_uuid(msg_id):
@@ -681,12 +692,15 @@ class Bridge:
             taken["turn"] = record["turn"]["n"]
         record["takenLog"] = (record.get("takenLog", []) + [taken])[-4:]
         self.save()
+        crash_point("bridge-recorded")
         create_json(os.path.join(self.taken, taken_name(message["msgId"]) + ".json"), taken)
         self.unlink(name)
+        crash_point("bridge-taken")
         if after is None:
             return
         if after[0] in ("user", "steer"):
             self.give(after[1], after[2], steer=after[0] == "steer")
+            crash_point("bridge-given")
         elif after[0] == "answer":
             (request_id, tool_input), keys = after[1], after[2]
             allow = keys[0].lower() in ALLOW_KEYS
@@ -763,21 +777,33 @@ class Bridge:
                 return
 
     def harness_exited(self, code):
+        """Start the harness again on its session.  The turn under way settles
+        with the exit as its error when the harness had its message (the
+        receipt: its transcript holds the key); when it never had it (it died
+        with the message still in its pipe), the message is given again, so
+        a harness's crash loses no message and none is given twice."""
         say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
         self.request = None
+        session = self.record["session"]
         turn = self.record.get("turn")
-        if turn is not None:
+        again = turn is not None and not self.harness.delivered(session, message_uuid(turn["msgIds"][0]))
+        if turn is not None and not again:
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
         if self.restarts > RESTARTS:
             raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
-        session = self.record["session"]
         try:
             self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
-            self.new_incarnation("the session could not be resumed")
+            self.restart_elsewhere("the session could not be resumed")
             self.launch(None, False)
+        turn = self.record.get("turn")
+        if again and turn is not None:
+            say("mu-bridge: turn %d.%d is given again: %s never had it" % (
+                self.record["incarnation"], turn["n"], self.harness.name))
+            turn["open"] = [message_uuid(turn["msgIds"][0])]
+            self.give(turn["msgIds"][0], turn["text"])
         self.save()
 
     # -- the settle ------------------------------------------------------------------

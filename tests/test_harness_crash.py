@@ -1,0 +1,116 @@
+"""Exactly once across crashes, against the real Claude Code: a SIGKILL of
+the harness and of the bridge at each step of a delivery leaves no message
+lost and none given twice (issue 18, point 3).
+
+The receipt is the harness's own: the user message's `uuid` (derived from
+the msgId) in Claude's session transcript.  "Given once" is shown there (one
+user line with that uuid) and at the model (one user message with the text
+in the history the stub is sent).  The steps of a delivery, in the bridge's
+order (it records a take before it gives it to the harness):
+
+- the harness dies before it has the message: it is stopped (SIGSTOP), the
+  bridge records the take and writes the message into its pipe, then the
+  harness is killed with the message unread;
+- the harness dies once it has it (its transcript holds it), mid-turn (a
+  slow turn at the model); a harness killed before its transcript holds
+  the message never had it, by the receipt, and is given it again;
+- the bridge dies (MU_CRASH_AT, its own points) once the take is in
+  turn.json only, once it is in taken/ too, and once the message is written
+  to the harness (which then gets SIGTERM from the kernel).
+
+One bridge, restarted at each crash, so the harness is started a few times only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import harness_fixture
+from conftest import wait_for
+from test_harness_bridge import Bridge, bridge  # noqa: F401  (a fixture)
+
+from mu.harness.bridge import message_uuid
+
+claude_env, stub_model = harness_fixture.claude_env, harness_fixture.stub_model  # the fixtures
+
+
+def transcript_lines(home: Path, session: str, key: str) -> int:
+    """How many user messages with uuid `key` Claude's transcript of `session` holds."""
+    count = 0
+    for path in (home / ".claude" / "projects").rglob(session + ".jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            count += entry.get("type") == "user" and entry.get("uuid") == key
+    return count
+
+
+def at_the_model(stub, text: str) -> int:
+    """How many user messages holding `text` the newest request to the model carried."""
+    last = [r for r in stub.turns() if r["body"].get("tools")][-1]["body"]["messages"]
+    return sum(1 for m in last if m.get("role") == "user" and text in json.dumps(m.get("content")))
+
+
+def given_once(bridge, stub, home: Path, msg_id: str, text: str) -> None:  # noqa: F811
+    turn = bridge.turn()
+    assert transcript_lines(home, turn["session"], message_uuid(msg_id)) == 1, msg_id
+    assert at_the_model(stub, text) == 1, msg_id
+    assert (bridge.folder / "taken" / (msg_id + ".json")).exists()
+    assert os.listdir(bridge.folder / "inbox") == []
+
+
+def test_a_harness_killed_before_it_has_the_message_is_given_it_again_once(bridge, claude_env, tmp_path):  # noqa: F811
+    home = tmp_path / "home"
+    bridge.start()
+    bridge.deliver("m-1", "first")
+    bridge.wait_runs(1)
+    harness = bridge.harness()
+    harness.suspend()  # it reads nothing now
+    bridge.deliver("m-2", "second while stopped")
+    wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
+    harness.kill()  # the message dies unread in its pipe
+    turn = bridge.wait_runs(2)
+    # the harness never had it: the turn is the message's answer, not the exit
+    assert (turn["lastText"], turn["incarnation"]) == ("STUB: second while stopped", 1), turn
+    assert "lastError" not in turn
+    given_once(bridge, claude_env, home, "m-2", "second while stopped")
+    assert at_the_model(claude_env, "first") == 1  # the session was resumed
+
+    # once it has it, mid-turn: the turn settles with the exit, and is not given again
+    bridge.deliver("m-3", "STUB_SLOW third")
+    session = bridge.turn()["session"]
+    wait_for(lambda: claude_env.seen("STUB_SLOW third") and transcript_lines(home, session, message_uuid("m-3")),
+             20, "the slow turn, in the transcript")
+    killed = bridge.harness()
+    killed.kill()
+    turn = bridge.wait_runs(3)
+    assert turn["lastError"].startswith("the harness exited ("), turn
+    assert json.loads((bridge.folder / "turns" / "1-3.json").read_text())["lastError"] == turn["lastError"]
+    bridge.deliver("m-4", "fourth")
+    turn = bridge.wait_runs(4)
+    assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 1)
+    assert bridge.harness().pid != killed.pid
+    given_once(bridge, claude_env, home, "m-3", "STUB_SLOW third")
+
+    # the bridge killed at each of its steps: started again, each message is given once
+    for n, point in enumerate(("bridge-recorded", "bridge-taken", "bridge-given"), start=5):
+        bridge.stop()
+        bridge.start(MU_CRASH_AT=point)
+        bridge.deliver(f"m-{n}", f"message {n}")
+        assert bridge.proc.wait(30) == -signal.SIGKILL, point
+        bridge.start(wait=False)
+        turn = bridge.wait_runs(n)
+        assert turn["incarnation"] == 1, (point, turn)
+        if turn.get("lastError"):  # it had the message when the bridge died: not given twice
+            assert turn["lastError"] == "the bridge restarted during the turn", (point, turn)
+            assert transcript_lines(home, turn["session"], message_uuid(f"m-{n}")) == 1, point
+        else:
+            assert turn["lastText"] == f"STUB: message {n}", (point, turn)
+            given_once(bridge, claude_env, home, f"m-{n}", f"message {n}")
+        assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, n + 1))
+
