@@ -28,13 +28,13 @@ BRIDGE = ROOT / "bin" / "mu-bridge"
 
 
 class Bridge:
-    def __init__(self, folder: Path, cwd: Path) -> None:
-        self.folder, self.cwd, self.proc = folder, cwd, None
+    def __init__(self, folder: Path, cwd: Path, harness: str = "claude") -> None:
+        self.folder, self.cwd, self.proc, self.name = folder, cwd, None, harness
         self.log = folder.parent / "bridge.log"
 
-    def start(self, wait: bool = True, **env: str) -> "Bridge":
+    def start(self, *args: str, wait: bool = True, **env: str) -> "Bridge":
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, str(BRIDGE), "claude"], cwd=self.cwd,
+            self.proc = subprocess.Popen([sys.executable, str(BRIDGE), self.name, *args], cwd=self.cwd,
                                          env=dict(os.environ, MU_DEMO_AGENT_DIR=str(self.folder), MU_AGENT="w/a",
                                                   **env),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
@@ -48,10 +48,10 @@ class Bridge:
         except (OSError, ValueError):
             return None
 
-    def deliver(self, msg_id: str, text: str = "", kind: str = "send") -> None:
+    def deliver(self, msg_id: str, text: str = "", kind: str = "send", **more) -> None:
         inbox = self.folder / "inbox"
         (inbox / ".tmp").write_text(json.dumps({"msgId": msg_id, "kind": kind, "text": text,
-                                                "at": int(time.time() * 1000)}))
+                                                "at": int(time.time() * 1000), **more}))
         os.rename(inbox / ".tmp", inbox / (msg_id + ".json"))
 
     def wait_runs(self, runs: int) -> dict:
@@ -137,3 +137,15 @@ def test_a_session_that_cannot_be_resumed_starts_a_new_incarnation(bridge, claud
     bridge.deliver("m-2", "second")
     turn = bridge.wait_runs(1)
     assert (turn["incarnation"], turn["lastText"]) == (2, "STUB: second")
+
+
+def test_the_read_only_role_starts_claude_in_its_plan_mode(bridge):
+    bridge.start("--role", "read-only")
+    argv = bridge.harness().cmdline()
+    assert argv[argv.index("--permission-mode") + 1] == "plan", argv
+
+
+def test_a_bad_role_is_refused_in_one_line(bridge):
+    bridge.start("--role", "admin", wait=False)
+    assert bridge.proc.wait(15) == 2
+    assert bridge.log.read_text() == "mu-bridge: --role must be one of full-access, read-only, not admin\n"

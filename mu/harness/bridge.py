@@ -1,6 +1,7 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>] [-- <extra args>]
+Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
+                  [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
 structured mode as its child, takes deliveries from the job folder's
@@ -32,7 +33,12 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
 - A permission the harness asks for (`can_use_tool`) makes the turn
   `blocked` with the question in `pending`; an `answer` delivery whose
   first key is allow/yes/y allows it, deny/no/n denies it; any other keys
-  deny it with the keys as the user's reply (how a question is answered).
+  deny it with the keys as the user's reply.  A question (Claude's
+  AskUserQuestion, Codex's request_user_input) is `blocked` with its
+  options as the keys, and the answer's keys are its answer.
+- --role read-only runs Claude with `--permission-mode plan` and Codex
+  with `sandbox: read-only` in its plan mode; full-access (the default)
+  as described in docs/harnesses.md, "Roles".
 - `fresh` starts a new session (a new --session-id) as incarnation + 1.
 - A harness that exits is started again, resuming its session: the turn
   under way settles with lastError "the harness exited (...)", and the
@@ -60,8 +66,9 @@ import time
 import uuid
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
-USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>]"
-         " [-- <extra args>]")
+USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--role <role>]"
+         " [--poll <seconds>] [-- <extra args>]")
+ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
 HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex")}
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
@@ -176,7 +183,8 @@ def taken_name(msg_id):
 class Harness:
     name = ""
 
-    def __init__(self, program, extra, cwd, events):
+    def __init__(self, program, extra, cwd, events, role="full-access"):
+        self.role = role
         self.program = program
         self.extra = extra
         self.cwd = cwd
@@ -263,6 +271,8 @@ class Claude(Harness):
         argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
                                "--permission-prompt-tool", "stdio"]
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
+        if self.role == "read-only":
+            argv += ["--permission-mode", "plan"]
         self.spawn(argv + self.extra)
         self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
 
@@ -299,7 +309,14 @@ class Claude(Harness):
         self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),
                     "request": {"subtype": "interrupt"}})
 
-    def permit(self, request_id, allow, tool_input, reply):
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
+        if isinstance(questions, list) and keys:
+            # AskUserQuestion: allowed, with the answer given as its input's `answers`
+            answer = " ".join(keys)
+            tool_input = dict(tool_input, answers={q.get("question", ""): answer for q in questions
+                                                   if isinstance(q, dict)})
+            allow = True
         if allow:
             decision = {"behavior": "allow", "updatedInput": tool_input}
         else:
@@ -331,7 +348,8 @@ class Codex(Harness):
     `turn/completed` ends every message the turn held."""
 
     name = "codex"
-    APPROVAL, SANDBOX = "untrusted", "danger-full-access"  # full access, every command asked first
+    APPROVAL = "untrusted"  # every command that is not known safe is asked first
+    SANDBOXES = {"full-access": "danger-full-access", "read-only": "read-only"}
 
     def start(self, session, resume):
         self.thread = session if resume else None
@@ -341,7 +359,12 @@ class Codex(Harness):
         self.texts = {}
         self.steers = {}
         self.spawn(self.program + ["app-server"] + self.extra)
-        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"}})
+        self.model = None
+        self.asked = {}  # a server request's id -> its method
+        # the experimental API: read-only runs in Codex's plan mode, the one
+        # in which its model may ask the user (request_user_input)
+        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"},
+                                            "capabilities": {"experimentalApi": True}})
 
     def call(self, rid, method, params):
         self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -353,6 +376,9 @@ class Codex(Harness):
         if rid is not None:  # a request of the server's: an approval or a question
             tool = "shell" if "commandExecution" in method else "edit" if "fileChange" in method else "question"
             shown = {"command": params["command"]} if isinstance(params.get("command"), str) else params
+            if method == "item/tool/requestUserInput":
+                shown = {"questions": params.get("questions") or []}
+            self.asked[rid] = method
             return [("ask", rid, tool, shown)]
         if method == "turn/started":
             self.turn = (params.get("turn") or {}).get("id")
@@ -392,13 +418,17 @@ class Codex(Harness):
                 self.call("mu-thread", "thread/resume", {"threadId": self.thread})
             else:
                 self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
-                                                        "sandbox": self.SANDBOX})
+                                                        "sandbox": self.SANDBOXES[self.role]})
             return []
         if rid == "mu-thread":
             thread = ((result or {}).get("thread") or {}).get("id")
             if error is not None or not thread:
                 return [("failed", "its thread could not start: %s" % _brief(error))]
             self.thread = thread
+            self.model = (result or {}).get("model")
+            sandbox = (result or {}).get("sandbox") or {}
+            say("mu-bridge: codex thread %s: sandbox %s, approvals %s" % (
+                thread, sandbox.get("type") if isinstance(sandbox, dict) else sandbox, (result or {}).get("approvalPolicy")))
             return [("ready", thread)]
         if isinstance(rid, str) and rid.startswith("mu-turn-"):
             key = rid[len("mu-turn-"):]
@@ -417,8 +447,10 @@ class Codex(Harness):
         return []
 
     def _start_turn(self, key, text):
-        self.call("mu-turn-" + key, "turn/start", {"threadId": self.thread, "clientUserMessageId": key,
-                                                     "input": [{"type": "text", "text": text}]})
+        params = {"threadId": self.thread, "clientUserMessageId": key, "input": [{"type": "text", "text": text}]}
+        if self.role == "read-only" and self.model:
+            params["collaborationMode"] = {"mode": "plan", "settings": {"model": self.model}}
+        self.call("mu-turn-" + key, "turn/start", params)
 
     def user(self, key, text, steer=False):
         if self.turn is None:
@@ -436,7 +468,13 @@ class Codex(Harness):
         if self.turn is not None:
             self.call("mu-int-%d" % now_ms(), "turn/interrupt", {"threadId": self.thread, "turnId": self.turn})
 
-    def permit(self, request_id, allow, tool_input, reply):
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        if self.asked.pop(request_id, None) == "item/tool/requestUserInput":
+            # the answer to each question: the answer's keys (ToolRequestUserInputResponse)
+            questions = (tool_input or {}).get("questions") or []
+            answers = {q.get("id"): {"answers": list(keys)} for q in questions if isinstance(q, dict)}
+            self.write({"jsonrpc": "2.0", "id": request_id, "result": {"answers": answers}})
+            return
         self.write({"jsonrpc": "2.0", "id": request_id, "result": {"decision": "accept" if allow else "decline"}})
 
     def _rollouts(self, thread):
@@ -705,8 +743,9 @@ class Bridge:
             (request_id, tool_input), keys = after[1], after[2]
             allow = keys[0].lower() in ALLOW_KEYS
             reply = None if allow or keys[0].lower() in DENY_KEYS else "The user answered: %s" % " ".join(keys)
-            self.harness.permit(request_id, allow, tool_input, reply)
-            say("  answered: %s" % ("allow" if allow else reply or "deny"))
+            question = isinstance(tool_input, dict) and isinstance(tool_input.get("questions"), list)
+            self.harness.permit(request_id, allow, tool_input, reply, keys if question else ())
+            say("  answered: %s" % (" ".join(keys) if question else "allow" if allow else reply or "deny"))
         else:
             self.harness.interrupt()
             if after[0] == "interrupt-then":
@@ -755,7 +794,14 @@ class Bridge:
                 self.block(event[1], event[2], event[3])
 
     def block(self, request_id, tool, tool_input):
-        if tool in ("AskUserQuestion", "question"):
+        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
+        if tool in ("AskUserQuestion", "question") and isinstance(questions, list):
+            asked = [q for q in questions if isinstance(q, dict)]
+            question = "%s asks: %s" % (self.harness.name, " / ".join(first_line(q.get("question"), 150) for q in asked))
+            labels = [o.get("label") for q in asked[:1] for o in q.get("options") or []
+                      if isinstance(o, dict) and isinstance(o.get("label"), str)]
+            keys = " | ".join(labels) if labels else "<your answer>"
+        elif tool in ("AskUserQuestion", "question"):
             question = "%s asks: %s" % (self.harness.name, _brief(tool_input, 300))
             keys = "<your answer>"
         else:
@@ -885,13 +931,14 @@ def main(argv=None):
     folder = os.environ.get(DIR_VAR) or None
     program = os.environ.get(variable) or default
     poll = POLL_S
+    role = "full-access"
     extra = []
     while args:
         arg = args.pop(0)
         if arg == "--":
             extra = args
             break
-        if arg in ("--dir", "--program", "--poll") and args:
+        if arg in ("--dir", "--program", "--role", "--poll") and args:
             value = args.pop(0)
         else:
             sys.stderr.write("mu-bridge: unknown argument %s\n%s\n" % (arg, USAGE))
@@ -900,6 +947,11 @@ def main(argv=None):
             folder = value
         elif arg == "--program":
             program = value
+        elif arg == "--role":
+            if value not in ROLES:
+                sys.stderr.write("mu-bridge: --role must be one of %s, not %s\n" % (", ".join(ROLES), value))
+                return 2
+            role = value
         else:
             try:
                 poll = max(0.01, float(value))
@@ -916,7 +968,7 @@ def main(argv=None):
     if not command:
         sys.stderr.write("mu-bridge: the %s program %r is not a command line\n" % (harness, program))
         return 2
-    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue())
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role)
     bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
 
     def stop(signum, _frame):

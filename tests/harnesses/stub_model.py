@@ -11,8 +11,12 @@ the system prompt, a tool result or an earlier message):
     STUB_TOOL    a Bash tool call that writes stub-note.txt in the working
                  directory and commits it; once its result comes back, the
                  text "STUB: tool done"
-    STUB_SLOW    the answer comes only after SLOW_S seconds (or when the
-                 agent hangs up, which an interrupt does)
+    STUB_SLOW    the answer comes only after `slow_s` seconds (SLOW_S unless
+                 a test sets it; or when the agent hangs up, which an
+                 interrupt does)
+    STUB_ASK     a question to the user with two options, red and blue
+                 (Claude's AskUserQuestion tool, Codex's request_user_input);
+                 once its result comes back, "STUB: tool done"
     anything     the text "STUB: <the message's first line>"
 
 A request without tools (a side query: a title, a classifier) gets plain
@@ -29,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional
 
 SLOW_S = 30.0
+QUESTION = {"header": "Colour", "question": "Which colour?",
+            "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}
 TOOL_COMMAND = ("printf 'written by the stub model\\n' > stub-note.txt && git add stub-note.txt"
                 " && git commit -q -m 'stub: a note' -- stub-note.txt")
 
@@ -61,6 +67,7 @@ class StubModel:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.requests: List[Dict[str, Any]] = []
+        self.slow_s = SLOW_S
         self.last_byte = 0.0  # when the last answer's last byte was written (time.time())
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -161,8 +168,11 @@ class StubModel:
         if "STUB_TOOL" in text:
             call = {"command": TOOL_COMMAND, "description": "Write and commit a note"}
             return self._stream(handler, [("text", "Writing the note."), ("tool_use", ("Bash", call))], "tool_use")
+        if "STUB_ASK" in text:
+            call = {"questions": [dict(QUESTION, multiSelect=False)]}
+            return self._stream(handler, [("tool_use", ("AskUserQuestion", call))], "tool_use")
         if "STUB_SLOW" in text:
-            return self._stream(handler, [("text", "STUB: slow done")], "end_turn", delay=SLOW_S)
+            return self._stream(handler, [("text", "STUB: slow done")], "end_turn", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._stream(handler, [("text", "STUB: " + first)], "end_turn")
 
@@ -183,8 +193,10 @@ class StubModel:
             return self._respond(handler, "STUB: tool done")
         if "STUB_TOOL" in text:
             return self._respond(handler, None, call=("exec_command", {"cmd": TOOL_COMMAND}))
+        if "STUB_ASK" in text:
+            return self._respond(handler, None, call=("request_user_input", {"questions": [dict(QUESTION, id="colour")]}))
         if "STUB_SLOW" in text:
-            return self._respond(handler, "STUB: slow done", delay=SLOW_S)
+            return self._respond(handler, "STUB: slow done", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._respond(handler, "STUB: " + first)
 
