@@ -22,7 +22,7 @@ def box(codex_env, tmp_path, monkeypatch):
     yield from claude_tests.box.__wrapped__(codex_env, tmp_path, monkeypatch)
 
 
-def test_codex_runs_the_agent_path_send_approve_collect_interrupt_fresh(box, codex_env):
+def test_codex_runs_the_agent_path_send_approve_collect_interrupt_steer_fresh(box, codex_env):
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "codex", "--worktree", "--send", "hello codex")
     assert settled()["lastText"] == "STUB: hello codex"
 
@@ -45,6 +45,14 @@ def test_codex_runs_the_agent_path_send_approve_collect_interrupt_fresh(box, cod
     assert (waited["runs"], waited["lastError"]) == (3, "interrupted")
     waited = settled("3")
     assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
+
+    # a steer joins the turn under way (turn/steer): one turn, whose text answers the steer
+    codex_env.slow_s = 1.5
+    mu("send", "w/a", "STUB_SLOW then a steer")
+    wait_for(lambda: codex_env.seen_responses("STUB_SLOW then a steer"), 20, "the slow turn")
+    mu("send", "w/a", "and this too", "--steer")
+    waited = settled("4")
+    assert (waited["runs"], waited["lastText"]) == (5, "STUB: and this too")
 
     mu("send", "w/a", "start over", "--fresh")
     waited = settled("0")
