@@ -33,6 +33,7 @@ BENCHES = (
     "ssh.py",
     "wait.py",
     "top.py",
+    "harnesses.py",
 )
 
 

@@ -268,6 +268,7 @@ class Claude(Harness):
     def start(self, session, resume):
         self.session = session or str(uuid.uuid4())
         self.last_text = None
+        self.running = None  # the key of the message Claude started last
         argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
                                "--permission-prompt-tool", "stdio"]
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
@@ -288,8 +289,16 @@ class Claude(Harness):
                 elif block.get("type") == "tool_use":
                     found.append(("tool", block.get("name"), block.get("input")))
             return found
+        if kind == "command_lifecycle" and event.get("state") == "started":
+            self.running = event.get("command_uuid")
         if kind == "result" and isinstance(event.get("result"), str):
+            # the message Claude started last is done with: settle at its result,
+            # not at its `completed` a moment later (which then finds it done)
             self.last_text = event["result"]
+            if self.running is not None and event.get("subtype") == "success":  # an interrupted one ends otherwise
+                key, self.running = self.running, None
+                text, self.last_text = self.last_text, None
+                return [("done", key, text)]
         if kind == "command_lifecycle" and event.get("state") in ("completed", "cancelled"):
             text, self.last_text = self.last_text, None
             return [("done", event.get("command_uuid"), text)]

@@ -236,6 +236,7 @@ class StubModel:
             event({"type": "response.completed", "response": {"id": rid, "usage": {
                 "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}})
+            self.last_byte = time.time()
         except OSError:
             pass  # the agent hung up (an interrupt)
 
