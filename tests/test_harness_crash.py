@@ -37,7 +37,8 @@ from test_harness_claude import box, mu, settled  # noqa: F401  (box is a fixtur
 
 from mu.harness.bridge import message_uuid
 
-claude_env, stub_model = harness_fixture.claude_env, harness_fixture.stub_model  # the fixtures
+claude_env, codex_env = harness_fixture.claude_env, harness_fixture.codex_env  # the fixtures
+stub_model = harness_fixture.stub_model
 
 
 def transcript_lines(home: Path, session: str, key: str) -> int:
@@ -166,3 +167,64 @@ def _resumed(job: Path, old: int) -> bool:
     except (OSError, ValueError, psutil.Error):
         return False
     return bool(harness) and harness[0].pid != old and "--resume" in harness[0].cmdline()
+
+
+def rollout_lines(codex_home: Path, thread: str, key: str) -> int:
+    """How many user messages with clientId `key` Codex's rollout of `thread` holds."""
+    count = 0
+    for path in (codex_home / "sessions").rglob(f"*{thread}.jsonl"):
+        for line in path.read_text().splitlines():
+            count += f'"client_id":"{key}"' in line.replace(" ", "") or f'"clientId":"{key}"' in line.replace(" ", "")
+    return count
+
+
+def at_codex_model(stub, text: str) -> int:
+    """How many user messages holding `text` the newest request to the model (Responses API) carried."""
+    last = [r for r in stub.requests if r["path"].split("?")[0].endswith("/responses") and r["body"].get("tools")]
+    return sum(1 for i in last[-1]["body"].get("input") or []
+               if isinstance(i, dict) and i.get("role") == "user" and text in json.dumps(i))
+
+
+def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env, tmp_path):
+    """Codex, the harness's steps only: killed with the message unread in its
+    pipe (given again on the resumed thread), and killed once its rollout
+    holds the message, mid-turn (settled with the exit, not given again).
+    `codex` is a Node launcher whose child, the native program, reads the
+    pipe: both are stopped and killed."""
+    codex_home = tmp_path / "codex-home"
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "codex")  # noqa: F811
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "first")
+        bridge.wait_runs(1)
+        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
+        for process in tree:
+            process.suspend()
+        bridge.deliver("m-2", "second while stopped")
+        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
+        for process in reversed(tree):
+            process.kill()
+        turn = bridge.wait_runs(2)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: second while stopped", 1), turn
+        assert "lastError" not in turn
+        thread = turn["session"]
+        assert rollout_lines(codex_home, thread, message_uuid("m-2")) >= 1
+        assert at_codex_model(codex_env, "second while stopped") == 1
+        assert at_codex_model(codex_env, "first") == 1  # the thread was resumed
+
+        codex_env.slow_s = 30
+        bridge.deliver("m-3", "STUB_SLOW third")
+        wait_for(lambda: codex_env.seen_responses("STUB_SLOW third")
+                 and rollout_lines(codex_home, thread, message_uuid("m-3")), 20, "the slow turn, in the rollout")
+        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
+            process.kill()
+        turn = bridge.wait_runs(3)
+        assert turn["lastError"].startswith("the harness exited ("), turn
+        bridge.deliver("m-4", "fourth")
+        turn = bridge.wait_runs(4)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 1)
+        assert at_codex_model(codex_env, "STUB_SLOW third") == 1
+        assert sorted(os.listdir(bridge.folder / "taken")) == [f"m-{i}.json" for i in range(1, 5)]
+    finally:
+        bridge.stop()
