@@ -149,3 +149,10 @@ def test_a_bad_role_is_refused_in_one_line(bridge):
     bridge.start("--role", "admin", wait=False)
     assert bridge.proc.wait(15) == 2
     assert bridge.log.read_text() == "mu-bridge: --role must be one of full-access, read-only, not admin\n"
+
+
+def test_pi_refuses_the_read_only_role_it_cannot_keep(tmp_path):
+    pi = Bridge(tmp_path / "job", tmp_path, "pi")
+    pi.start("--role", "read-only", wait=False)
+    assert pi.proc.wait(15) == 2
+    assert pi.log.read_text() == "mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n"

@@ -37,8 +37,8 @@ from test_harness_claude import box, mu, settled  # noqa: F401  (box is a fixtur
 
 from mu.harness.bridge import message_uuid
 
-claude_env, codex_env = harness_fixture.claude_env, harness_fixture.codex_env  # the fixtures
-stub_model = harness_fixture.stub_model
+claude_env, codex_env, pi_env = harness_fixture.claude_env, harness_fixture.codex_env, harness_fixture.pi_env
+stub_model = harness_fixture.stub_model  # the fixtures
 
 
 def transcript_lines(home: Path, session: str, key: str) -> int:
@@ -228,3 +228,50 @@ def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env
         assert sorted(os.listdir(bridge.folder / "taken")) == [f"m-{i}.json" for i in range(1, 5)]
     finally:
         bridge.stop()
+
+
+def test_pi_killed_before_it_has_the_message_is_given_it_again_once_by_the_bridges_receipt(pi_env, tmp_path):
+    """pi has no message id: the bridge keeps the receipt, a mark of pi's
+    session file taken before pi has the message.  Killed with the message
+    unread in its pipe, pi is given it again once on the resumed session;
+    killed once its session file holds it, mid-turn, the turn settles with
+    the exit and is not given again."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "pi")  # noqa: F811
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "first")
+        bridge.wait_runs(1)
+        session = Path(bridge.turn()["session"])
+        pi = bridge.harness()
+        pi.suspend()
+        bridge.deliver("m-2", "second while stopped")
+        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
+        pi.kill()
+        turn = bridge.wait_runs(2)
+        assert (turn["lastText"], turn["incarnation"], turn["session"]) == (
+            "STUB: second while stopped", 1, str(session)), turn
+        assert "lastError" not in turn
+        assert session.read_text().count('"second while stopped"') == 1
+        assert at_chat_model(pi_env, "second while stopped") == 1
+        assert at_chat_model(pi_env, "first") == 1  # the session was resumed
+
+        bridge.deliver("m-3", "STUB_SLOW third")
+        wait_for(lambda: at_chat_model(pi_env, "STUB_SLOW third") and "STUB_SLOW third" in session.read_text(),
+                 20, "the slow turn, in pi's session file")
+        bridge.harness().kill()
+        turn = bridge.wait_runs(3)
+        assert turn["lastError"].startswith("the harness exited ("), turn
+        bridge.deliver("m-4", "fourth")
+        turn = bridge.wait_runs(4)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 1)
+        assert at_chat_model(pi_env, "STUB_SLOW third") == 1
+    finally:
+        bridge.stop()
+
+
+def at_chat_model(stub, text: str) -> int:
+    """How many user messages holding `text` the newest Chat Completions request carried."""
+    last = [r for r in stub.requests if r["path"].split("?")[0].endswith("/chat/completions")]
+    return sum(1 for m in (last[-1]["body"].get("messages") if last else []) or []
+               if m.get("role") == "user" and text in json.dumps(m.get("content")))

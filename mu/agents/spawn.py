@@ -95,6 +95,7 @@ HARNESSES: Dict[str, Optional[str]] = {
     # behind the turn files; its program: mu.agents.harnesses.program
     "claude": "mu-bridge claude",
     "codex": "mu-bridge codex",
+    "pi": "mu-bridge pi",
 }
 
 

@@ -1,6 +1,6 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
+Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
                   [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
@@ -66,10 +66,11 @@ import time
 import uuid
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
-USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--role <role>]"
+USAGE = ("usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>]"
          " [--poll <seconds>] [-- <extra args>]")
 ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
-HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex")}
+HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex"),
+                    "pi": ("MU_HARNESS_PI", "pi")}
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
 RESTARTS = 3  # restarts of a harness that keeps exiting, before the bridge gives up
@@ -243,6 +244,10 @@ class Harness:
             except (OSError, ValueError, AttributeError):
                 pass  # it exited: its end comes as an event
 
+    def mark(self, session):
+        """What the bridge keeps, with a turn, for its receipt (pi's; others keep their own)."""
+        return None
+
     def stop(self):
         proc = self.proc
         if proc is None or proc.poll() is not None:
@@ -345,7 +350,7 @@ class Claude(Harness):
         """Whether Claude keeps a transcript of `session` (so --resume works)."""
         return bool(self._transcripts(session))
 
-    def delivered(self, session, key):
+    def delivered(self, session, key, turn=None):
         """Whether the session's transcript holds the message's uuid (Claude
         writes it verbatim): the receipt that survives a crash."""
         return any(_file_holds(path, key) for path in self._transcripts(session))
@@ -497,12 +502,109 @@ class Codex(Harness):
     def resumable(self, thread):
         return bool(self._rollouts(thread))
 
-    def delivered(self, thread, key):
+    def delivered(self, thread, key, turn=None):
         """Whether the thread's rollout holds the message's clientUserMessageId."""
         return any(_file_holds(path, key) for path in self._rollouts(thread))
 
 
-HARNESSES = {"claude": Claude, "codex": Codex}
+class Pi(Harness):
+    """`pi --mode rpc` (JSON lines): the session is pi's session file, a run
+    of the agent goes from `agent_start` to `agent_end`, and pi has no
+    message id of its own: the bridge keeps the receipt (a `mark` of the
+    session file's length taken when the message is taken, before pi has
+    it; pi had it when the file holds the message's text past the mark)."""
+
+    name = "pi"
+
+    def start(self, session, resume):
+        self.busy = False
+        self.keys = []  # the keys of the run under way (or about to start)
+        self.held = []  # (key, text) to prompt once the run under way ended
+        self.last_text = None
+        argv = self.program + ["--mode", "rpc"]
+        if resume:
+            argv += ["--session", session]
+        self.spawn(argv + self.extra)
+        self.write({"id": "mu-init", "type": "get_state"})
+
+    def translate(self, event):
+        kind = event.get("type")
+        if kind == "response" and event.get("id") == "mu-init":
+            data = event.get("data") or {}
+            if not event.get("success") or not isinstance(data.get("sessionFile"), str):
+                return [("failed", "its state could not be read: %s" % _brief(event.get("error")))]
+            return [("ready", data["sessionFile"])]
+        if kind == "response" and event.get("success") is False:
+            key = event.get("id") or ""
+            if key in self.keys:  # a prompt pi refused: done with, as a failed turn
+                self.keys.remove(key)
+                return [("done", key, "Turn failed: %s" % first_line(str(event.get("error"))))]
+            return []
+        if kind == "message_end":
+            message = event.get("message") or {}
+            if message.get("role") == "assistant":
+                texts = [b.get("text") for b in message.get("content") or []
+                         if isinstance(b, dict) and b.get("type") == "text" and b.get("text")]
+                calls = [b for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "toolCall"]
+                found = [("text", "\n".join(texts))] if texts else []
+                if texts:
+                    self.last_text = "\n".join(texts)
+                return found + [("tool", c.get("name"), c.get("arguments")) for c in calls]
+            return []
+        if kind == "agent_end":
+            keys, self.keys, self.busy = self.keys, [], False
+            text, self.last_text = self.last_text, None
+            found = [("done", key, text) for key in keys]
+            if self.held:
+                self._prompt(*self.held.pop(0))
+            return found
+        return []
+
+    def _prompt(self, key, text):
+        self.busy = True
+        self.keys.append(key)
+        self.write({"id": key, "type": "prompt", "message": text})
+
+    def user(self, key, text, steer=False):
+        if not self.busy:
+            self._prompt(key, text)
+        elif steer:
+            self.keys.append(key)
+            self.write({"id": "mu-steer-" + key, "type": "steer", "message": text})
+        else:
+            self.held.append((key, text))  # after the run under way (an interrupt's own turn)
+
+    def interrupt(self):
+        if self.busy:
+            self.write({"id": "mu-abort-%d" % now_ms(), "type": "abort"})
+
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        pass  # pi asks no permission
+
+    def resumable(self, session):
+        return bool(session) and os.path.isfile(session)
+
+    def mark(self, session):
+        try:
+            return os.path.getsize(session)
+        except (OSError, TypeError):
+            return 0
+
+    def delivered(self, session, key, turn=None):
+        """Whether pi's session file holds the turn's message past the mark
+        the bridge took before pi had it."""
+        if not turn or not isinstance(turn.get("mark"), int):
+            return False
+        try:
+            with open(session, "rb") as f:
+                f.seek(turn["mark"])
+                tail = f.read()
+        except (OSError, TypeError):
+            return False
+        return json.dumps(turn.get("text") or "")[1:-1].encode("utf-8") in tail
+
+
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi}
 
 
 def _file_holds(path, text):
@@ -610,7 +712,7 @@ class Bridge:
 
     def resume_turn(self, turn, resumed):
         session = self.record["session"]
-        if resumed and all(self.harness.delivered(session, message_uuid(m)) for m in turn["msgIds"][:1]):
+        if resumed and all(self.harness.delivered(session, message_uuid(m), turn) for m in turn["msgIds"][:1]):
             self.settle(turn, error="the bridge restarted during the turn")
             return
         say("mu-bridge: turn %d.%d is given again after a restart" % (self.record["incarnation"], turn["n"]))
@@ -772,6 +874,9 @@ class Bridge:
         self.record["turn"] = {"n": self.record["runs"] + 1, "kind": kind, "msgIds": [message["msgId"]],
                                "text": text, "steers": [], "answers": [], "startedAt": now_ms(),
                                "open": [message_uuid(message["msgId"])]}
+        mark = self.harness.mark(self.record.get("session"))
+        if mark is not None:
+            self.record["turn"]["mark"] = mark  # taken before the harness has the message
         self.go_busy()
 
     def go_busy(self):
@@ -841,7 +946,7 @@ class Bridge:
         self.request = None
         session = self.record["session"]
         turn = self.record.get("turn")
-        again = turn is not None and not self.harness.delivered(session, message_uuid(turn["msgIds"][0]))
+        again = turn is not None and not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
         if turn is not None and not again:
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
@@ -967,6 +1072,9 @@ def main(argv=None):
             except ValueError:
                 sys.stderr.write("mu-bridge: --poll takes seconds\n")
                 return 2
+    if harness == "pi" and role != "full-access":
+        sys.stderr.write("mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n")
+        return 2
     if not folder:
         sys.stderr.write("mu-bridge: no folder: give --dir or set %s\n%s\n" % (DIR_VAR, USAGE))
         return 2

@@ -1,4 +1,5 @@
-"""A model server of the tests' own: the Anthropic Messages API on 127.0.0.1.
+"""A model server of the tests' own on 127.0.0.1: the Anthropic Messages API
+(Claude Code), the OpenAI Responses API (Codex) and Chat Completions (pi).
 
 The harness tests point a real coding agent at it (Claude Code with
 ANTHROPIC_BASE_URL), so that a turn, a tool call, a permission request and
@@ -93,6 +94,8 @@ class StubModel:
                     stub.answer(self, body)
                 elif self.path.split("?")[0].rstrip("/").endswith("/responses") and isinstance(body, dict):
                     stub.respond(self, body)
+                elif self.path.split("?")[0].rstrip("/").endswith("/chat/completions") and isinstance(body, dict):
+                    stub.complete(self, body)
                 elif self.path.split("?")[0].endswith("/count_tokens"):
                     self._json({"input_tokens": 10})
                 else:
@@ -199,6 +202,59 @@ class StubModel:
             return self._respond(handler, "STUB: slow done", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._respond(handler, "STUB: " + first)
+
+    def complete(self, handler: BaseHTTPRequestHandler, body: Dict[str, Any]) -> None:
+        """The OpenAI Chat Completions API (pi): the same script as `answer`."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        last = messages[-1] if messages else {}
+        users = [m for m in messages if m.get("role") == "user"]
+        text = _newest(users[-1].get("content")) if users else ""
+        if last.get("role") == "tool":
+            return self._complete(handler, "STUB: tool done")
+        if "STUB_TOOL" in text:
+            return self._complete(handler, None, call=("bash", {"command": TOOL_COMMAND}))
+        if "STUB_SLOW" in text:
+            return self._complete(handler, "STUB: slow done", delay=self.slow_s)
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
+        return self._complete(handler, "STUB: " + first)
+
+    def _complete(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
+                  delay: Optional[float] = None) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        cid = "chatcmpl-stub-%d" % int(time.time() * 1e6)
+
+        def chunk(delta: Dict[str, Any], finish: Optional[str] = None, **more: Any) -> None:
+            choices = [] if more else [{"index": 0, "delta": delta, "finish_reason": finish}]
+            data = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "stub-model",
+                    "choices": choices, **more}
+            handler.wfile.write(("data: %s\n\n" % json.dumps(data)).encode())
+            handler.wfile.flush()
+
+        try:
+            chunk({"role": "assistant", "content": ""})
+            if delay:
+                until = time.monotonic() + delay
+                while time.monotonic() < until and not self.stopping.is_set():
+                    handler.wfile.write(b": waiting\n\n")  # a hung-up agent shows as a failed write
+                    handler.wfile.flush()
+                    time.sleep(0.1)
+            if call is not None:
+                chunk({"tool_calls": [{"index": 0, "id": "call_" + cid, "type": "function",
+                                       "function": {"name": call[0], "arguments": json.dumps(call[1])}}]})
+                chunk({}, "tool_calls")
+            else:
+                chunk({"content": text})
+                chunk({}, "stop")
+            chunk({}, None, usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            handler.wfile.write(b"data: [DONE]\n\n")
+            handler.wfile.flush()
+            self.last_byte = time.time()
+        except OSError:
+            pass  # the agent hung up (an interrupt)
 
     def _respond(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
                  delay: Optional[float] = None) -> None:
