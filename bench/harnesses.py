@@ -1,7 +1,7 @@
 """Bench 13: real coding agents behind mu-bridge, against the same agent driven bare.
 
 For each harness installed by tests/harnesses/install.sh (Claude Code,
-Codex), against the tests' stub model on 127.0.0.1
+Codex, pi), against the tests' stub model on 127.0.0.1
 (tests/harnesses/stub_model.py, which answers at once):
 
 - a turn's end: from the stub's last byte of the turn's answer to `mu wait
@@ -12,14 +12,15 @@ Codex), against the tests' stub model on 127.0.0.1
   files' rule: whoever delivers writes the file).  The floor: the same
   harness driven bare by this script (its structured mode on a pipe, no
   bridge, no mu), from the stub's last byte to reading the harness's own
-  end of turn (Claude's `result`, Codex's `turn/completed`).  Target:
+  end of turn (Claude's `result`, Codex's `turn/completed`, pi's
+  `agent_end`).  Target:
   within 1.2x.  The notes split mu's span at the bridge's settle
   (turn.json's ctime).
 - spawn to ready: `mu agent spawn <agent> --host box --harness <h>` from
   its start to the agent's turn record (the bridge writes turn.json only
   once the harness can take a message), against the bare harness's own
   start-up: from its start to its answer to the first request (Claude's
-  `initialize`, Codex's `thread/start`).  No target (informational).
+  `initialize`, Codex's `thread/start`, pi's `get_state`).  No target (informational).
 
 A harness that is not installed is reported as such (the bench exits 0).
 MU_BENCH_HARNESSES (say `claude`) measures only the harnesses it names.
@@ -45,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 TIMEOUT_S = 60.0
 TARGET = 1.2
+PI_FLAGS = ("--provider", "stub", "--model", "stub-model")
 
 
 def installed(name: str) -> Optional[str]:
@@ -71,6 +73,13 @@ def environment(name: str, program: str, stub, folder: str) -> Dict[str, str]:
         env.update(MU_HARNESS_CLAUDE=program, ANTHROPIC_BASE_URL=stub.url, ANTHROPIC_API_KEY="sk-stub",
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
         env.pop("ANTHROPIC_AUTH_TOKEN", None)
+    elif name == "pi":
+        agent_dir = os.path.join(folder, "pi-agent")
+        os.makedirs(agent_dir, exist_ok=True)
+        with open(os.path.join(agent_dir, "models.json"), "w") as f:
+            json.dump({"providers": {"stub": {"baseUrl": stub.url + "/v1", "api": "openai-completions",
+                                              "apiKey": "sk-stub", "models": [{"id": "stub-model"}]}}}, f)
+        env.update(MU_HARNESS_PI=f"{program} {' '.join(PI_FLAGS)}", PI_CODING_AGENT_DIR=agent_dir, PI_OFFLINE="1")
     else:
         codex_home = os.path.join(folder, "codex-home")
         os.makedirs(codex_home, exist_ok=True)
@@ -94,6 +103,8 @@ class Bare:
         if name == "claude":
             argv = [program, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
                     "--permission-prompt-tool", "stdio", "--session-id", str(uuid.uuid4())]
+        elif name == "pi":
+            argv = [program, "--mode", "rpc", *PI_FLAGS]
         else:
             argv = [program, "app-server"]
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -101,6 +112,9 @@ class Bare:
         if name == "claude":
             self.write({"type": "control_request", "request_id": "i", "request": {"subtype": "initialize"}})
             self.until(lambda m: m.get("type") == "control_response")
+        elif name == "pi":
+            self.write({"id": "s", "type": "get_state"})
+            self.until(lambda m: m.get("id") == "s")
         else:
             self.write({"jsonrpc": "2.0", "id": "i", "method": "initialize",
                         "params": {"clientInfo": {"name": "bench", "version": "1"}}})
@@ -133,6 +147,9 @@ class Bare:
             self.write({"type": "user", "uuid": key, "session_id": "", "parent_tool_use_id": None,
                         "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
             self.until(lambda m: m.get("type") == "result")
+        elif self.name == "pi":
+            self.write({"id": key, "type": "prompt", "message": text})
+            self.until(lambda m: m.get("type") == "agent_end")
         else:
             self.write({"jsonrpc": "2.0", "id": f"turn-{self.n}", "method": "turn/start",
                         "params": {"threadId": self.thread, "clientUserMessageId": key,
@@ -289,8 +306,8 @@ def bench_one(name: str, program: str, stub, opts: harness.Options) -> Tuple[Lis
             subprocess.run(mu("agent", "close", made), env=env, cwd=repo, capture_output=True, timeout=120)
         subprocess.run(mu("host", "release", "box"), env=env, cwd=repo, capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
-    end = {"claude": "`result`", "codex": "`turn/completed`"}[name]
-    first = {"claude": "`initialize`", "codex": "`thread/start`"}[name]
+    end = {"claude": "`result`", "codex": "`turn/completed`", "pi": "`agent_end`"}[name]
+    first = {"claude": "`initialize`", "codex": "`thread/start`", "pi": "`get_state`"}[name]
     rows = []
     for what, stat in (("median", harness.median), ("p90", lambda v: harness.percentile(v, 90))):
         floor_v, mine = stat(spans["bare"]), stat(spans["mu"])
@@ -321,7 +338,7 @@ def body(opts: harness.Options) -> None:
     notes: List[str] = []
     stub = StubModel().start()
     try:
-        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex").split():
+        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex pi").split():
             program = installed(name)
             if program is None:
                 notes.append(f"{name}: not installed (sh tests/harnesses/install.sh installs it); not measured")
