@@ -35,6 +35,7 @@ BENCHES = (
     "wait.py",
     "top.py",
     "agent_reads.py",
+    "harnesses.py",
 )
 
 # Benches that make many real agents, and so take more than the five

@@ -14,6 +14,7 @@ job's `mu-bridge` is this checkout's).  HOME is the test's own (conftest's
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Iterator
@@ -87,6 +88,30 @@ def codex_env(stub_model, monkeypatch, tmp_path):
         "MU_HARNESS_CODEX": str(program),
         "CODEX_HOME": str(home),
         "STUB_MODEL_KEY": "sk-stub-not-a-key",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stub_model
+
+
+@pytest.fixture
+def pi_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs pi in: its agent folder
+    (PI_CODING_AGENT_DIR) names the stub as a Chat Completions provider, and
+    the program line picks that provider and model; nothing goes online."""
+    program = harness_program("pi")
+    folder = tmp_path / "pi-agent"
+    folder.mkdir()
+    (folder / "models.json").write_text(json.dumps({"providers": {"stub": {
+        "baseUrl": stub_model.url + "/v1", "api": "openai-completions", "apiKey": "sk-stub-not-a-key",
+        "models": [{"id": "stub-model"}]}}}))
+    for name, value in {
+        "MU_HARNESS_PI": f"{program} --provider stub --model stub-model",
+        "PI_CODING_AGENT_DIR": str(folder),
+        "PI_OFFLINE": "1",
         "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
         "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
         "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",

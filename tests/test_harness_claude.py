@@ -62,7 +62,7 @@ def state_of(agent: str) -> dict:
     return next(a for a in json.loads(mu("state", "--json").stdout)["agents"] if a["agent"] == agent)
 
 
-def test_claude_runs_the_agent_path_send_permission_collect_interrupt_fresh(box, claude_env):
+def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_steer_fresh(box, claude_env):
     spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree",
                  "--send", "hello from the test")
     first = spawned.stdout.split()[-1] if spawned.stdout else ""
@@ -105,6 +105,26 @@ def test_claude_runs_the_agent_path_send_permission_collect_interrupt_fresh(box,
     waited = settled("3")
     assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
     assert "lastError" not in waited
+
+    # a question (AskUserQuestion): blocked with its options as the keys, until mu answer
+    mu("send", "w/a", "STUB_ASK please")
+    wait_for(lambda: state_of("w/a")["turn"] == "blocked", 20, "the question")
+    asked = state_of("w/a")["reason"]
+    assert "claude asks: Which colour?" in asked and "(mu answer w/a red | blue)" in asked, asked
+    mu("answer", "w/a", "blue")
+    waited = settled("4")
+    assert (waited["runs"], waited["lastText"]) == (5, "STUB: tool done")
+    answered = json.dumps(claude_env.turns()[-1]["body"]["messages"][-1])
+    assert "tool_result" in answered and "blue" in answered  # the model got the answer as the tool's result
+
+    # a steer during a turn: Claude runs it after what it is doing, and the turn settles once both are done
+    claude_env.slow_s = 1.5
+    mu("send", "w/a", "STUB_SLOW then a steer")
+    wait_for(lambda: claude_env.seen("STUB_SLOW then a steer"), 20, "the slow turn")
+    mu("send", "w/a", "and this too", "--steer")
+    waited = settled("5")
+    assert (waited["runs"], waited["lastText"]) == (6, "STUB: and this too")
+    assert json.loads(mu("agent", "show", "w/a", "--json").stdout)["turn"] == "idle"
 
     mu("send", "w/a", "start over", "--fresh")
     waited = settled("0")

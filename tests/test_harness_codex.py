@@ -11,6 +11,7 @@ import json
 import harness_fixture
 import test_harness_claude as claude_tests
 from conftest import wait_for
+from test_harness_bridge import Bridge
 
 codex_env, stub_model = harness_fixture.codex_env, harness_fixture.stub_model  # the fixtures
 git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
@@ -21,7 +22,7 @@ def box(codex_env, tmp_path, monkeypatch):
     yield from claude_tests.box.__wrapped__(codex_env, tmp_path, monkeypatch)
 
 
-def test_codex_runs_the_agent_path_send_approve_collect_interrupt_fresh(box, codex_env):
+def test_codex_runs_the_agent_path_send_approve_collect_interrupt_steer_fresh(box, codex_env):
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "codex", "--worktree", "--send", "hello codex")
     assert settled()["lastText"] == "STUB: hello codex"
 
@@ -45,11 +46,43 @@ def test_codex_runs_the_agent_path_send_approve_collect_interrupt_fresh(box, cod
     waited = settled("3")
     assert (waited["runs"], waited["lastText"]) == (4, "STUB: never mind, say hi")
 
+    # a steer joins the turn under way (turn/steer): one turn, whose text answers the steer
+    codex_env.slow_s = 1.5
+    mu("send", "w/a", "STUB_SLOW then a steer")
+    wait_for(lambda: codex_env.seen_responses("STUB_SLOW then a steer"), 20, "the slow turn")
+    mu("send", "w/a", "and this too", "--steer")
+    waited = settled("4")
+    assert (waited["runs"], waited["lastText"]) == (5, "STUB: and this too")
+
     mu("send", "w/a", "start over", "--fresh")
     waited = settled("0")
     assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
     read = mu("agent", "read", "w/a", "-n", "60").stdout
     assert "codex: STUB: hello codex" in read and "tool shell: run: " in read
+    assert "sandbox dangerFullAccess, approvals untrusted" in read  # what Codex says it runs with
     assert "sk-stub-not-a-key" not in read
     mu("agent", "close", "w/a")
     assert json.loads(mu("agent", "list", "--json").stdout) == []
+
+
+def test_codex_read_only_runs_sandboxed_in_plan_mode_and_its_question_is_answered(codex_env, tmp_path):
+    """The read-only role: Codex's thread is read-only (as Codex reports it)
+    and its turns run in its plan mode, where its model may ask the user
+    (`item/tool/requestUserInput`): blocked with the options as the keys,
+    and the answer's keys are what the model gets back."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "codex")
+    try:
+        bridge.start("--role", "read-only")
+        assert "sandbox readOnly, approvals untrusted" in bridge.log.read_text()
+        bridge.deliver("m-1", "STUB_ASK please")
+        wait_for(lambda: bridge.turn()["state"] == "blocked", 20, "the question")
+        assert bridge.turn()["pending"] == "codex asks: Which colour? (mu answer w/a red | blue)"
+        bridge.deliver("a-1", kind="answer", keys=["blue"])
+        turn = bridge.wait_runs(1)
+        assert turn["lastText"] == "STUB: tool done"
+        sent = [i for r in codex_env.requests for i in r["body"].get("input") or []
+                if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        assert json.loads(sent[-1]["output"]) == {"answers": {"colour": {"answers": ["blue"]}}}
+    finally:
+        bridge.stop()

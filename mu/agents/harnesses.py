@@ -78,10 +78,13 @@ def program(harness: str) -> Optional[str]:
     return chosen
 
 
-def command_line(harness: str, own: str) -> str:
+def command_line(harness: str, own: str, role: str = "full-access") -> str:
     """The job's command line for a harness whose own line is `own`: a
-    bridged harness's gets `--program <the configured program>`."""
+    bridged harness's gets `--program <the configured program>`, and
+    `--role <role>` unless the role is full-access (the bridge maps it onto
+    the harness's own settings: docs/harnesses.md, "Roles")."""
     if not own.startswith("mu-bridge "):
         return own
     configured = program(harness)
-    return own if configured is None else f"{own} --program {shlex.quote(configured)}"
+    line = own if configured is None else f"{own} --program {shlex.quote(configured)}"
+    return line if role == "full-access" else f"{line} --role {shlex.quote(role)}"

@@ -101,6 +101,7 @@ HARNESSES: Dict[str, Optional[str]] = {
     # behind the turn files; its program: mu.agents.harnesses.program
     "claude": "mu-bridge claude",
     "codex": "mu-bridge codex",
+    "pi": "mu-bridge pi",
 }
 
 
@@ -214,7 +215,7 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     own = HARNESSES[harness]
     if own is None:
         raise UsageError(f"the {harness} harness has no command line of its own: give --command")
-    return harness, harnesses.command_line(harness, own), "harness"
+    return harness, harnesses.command_line(harness, own, request.role), "harness"
 
 
 def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str], Optional[Task]]:

@@ -12,7 +12,7 @@ Options:
   --host <host>       The host the agent runs on: a provider host, or a --plugin profile.
   --worktree          Run in a git worktree of its own on the host, made from a commit of this checkout.
   --from <rev>        The commit the worktree starts from, HEAD when not given.
-  --harness <h>       The agent program: sh (runs --command), demo, claude or codex; without it, $MU_HARNESS, the config file's harness, else sh.
+  --harness <h>       The agent program: sh (runs --command), demo, claude, codex or pi; without it, $MU_HARNESS, the config file's harness, else sh.
   --role <role>       full-access or read-only [default: full-access].
   --command <cmd>     The agent's command line.
   --env <k=v>         A variable of the agent's environment; repeatable.

@@ -1,6 +1,7 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>] [-- <extra args>]
+Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
+                  [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
 structured mode as its child, takes deliveries from the job folder's
@@ -32,7 +33,12 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
 - A permission the harness asks for (`can_use_tool`) makes the turn
   `blocked` with the question in `pending`; an `answer` delivery whose
   first key is allow/yes/y allows it, deny/no/n denies it; any other keys
-  deny it with the keys as the user's reply (how a question is answered).
+  deny it with the keys as the user's reply.  A question (Claude's
+  AskUserQuestion, Codex's request_user_input) is `blocked` with its
+  options as the keys, and the answer's keys are its answer.
+- --role read-only runs Claude with `--permission-mode plan` and Codex
+  with `sandbox: read-only` in its plan mode; full-access (the default)
+  as described in docs/harnesses.md, "Roles".
 - `fresh` starts a new session (a new --session-id) as incarnation + 1.
 - A harness that exits is started again, resuming its session: the turn
   under way settles with lastError "the harness exited (...)", and the
@@ -60,9 +66,11 @@ import time
 import uuid
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
-USAGE = ("usage: mu-bridge (claude | codex) [--dir <folder>] [--program <command line>] [--poll <seconds>]"
-         " [-- <extra args>]")
-HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex")}
+USAGE = ("usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>]"
+         " [--poll <seconds>] [-- <extra args>]")
+ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
+HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex"),
+                    "pi": ("MU_HARNESS_PI", "pi")}
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
 RESTARTS = 3  # restarts of a harness that keeps exiting, before the bridge gives up
@@ -73,6 +81,12 @@ PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 ALLOW_KEYS = ("allow", "yes", "y")
 DENY_KEYS = ("deny", "no", "n")
 UUID_SPACE = uuid.UUID("6d750000-6272-6964-6765-000000000001")  # the bridge's uuid5 namespace
+# Test-only crash points, as mu's own (mu/runtime/crashpoints.py, which the
+# bridge cannot import): MU_CRASH_AT=<point> SIGKILLs the bridge there.
+# bridge-recorded: a take is in turn.json, not yet in taken/; bridge-taken:
+# in taken/ too, not yet given to the harness; bridge-given: written to the
+# harness, nothing after.
+CRASH_AT = os.environ.get("MU_CRASH_AT", "")
 
 
 class BridgeError(Exception):
@@ -97,6 +111,11 @@ def first_line(text, limit=200):
             line = line.strip()
             return line if len(line) <= limit else line[:limit - 3] + "..."
     return "(no text)"
+
+
+def crash_point(name):
+    if CRASH_AT == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def message_uuid(msg_id):
@@ -165,7 +184,8 @@ def taken_name(msg_id):
 class Harness:
     name = ""
 
-    def __init__(self, program, extra, cwd, events):
+    def __init__(self, program, extra, cwd, events, role="full-access"):
+        self.role = role
         self.program = program
         self.extra = extra
         self.cwd = cwd
@@ -224,6 +244,10 @@ class Harness:
             except (OSError, ValueError, AttributeError):
                 pass  # it exited: its end comes as an event
 
+    def mark(self, session):
+        """What the bridge keeps, with a turn, for its receipt (pi's; others keep their own)."""
+        return None
+
     def stop(self):
         proc = self.proc
         if proc is None or proc.poll() is not None:
@@ -249,9 +273,12 @@ class Claude(Harness):
     def start(self, session, resume):
         self.session = session or str(uuid.uuid4())
         self.last_text = None
+        self.running = None  # the key of the message Claude started last
         argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
                                "--permission-prompt-tool", "stdio"]
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
+        if self.role == "read-only":
+            argv += ["--permission-mode", "plan"]
         self.spawn(argv + self.extra)
         self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
 
@@ -267,8 +294,16 @@ class Claude(Harness):
                 elif block.get("type") == "tool_use":
                     found.append(("tool", block.get("name"), block.get("input")))
             return found
+        if kind == "command_lifecycle" and event.get("state") == "started":
+            self.running = event.get("command_uuid")
         if kind == "result" and isinstance(event.get("result"), str):
+            # the message Claude started last is done with: settle at its result,
+            # not at its `completed` a moment later (which then finds it done)
             self.last_text = event["result"]
+            if self.running is not None and event.get("subtype") == "success":  # an interrupted one ends otherwise
+                key, self.running = self.running, None
+                text, self.last_text = self.last_text, None
+                return [("done", key, text)]
         if kind == "command_lifecycle" and event.get("state") in ("completed", "cancelled"):
             text, self.last_text = self.last_text, None
             return [("done", event.get("command_uuid"), text)]
@@ -288,7 +323,14 @@ class Claude(Harness):
         self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),
                     "request": {"subtype": "interrupt"}})
 
-    def permit(self, request_id, allow, tool_input, reply):
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
+        if isinstance(questions, list) and keys:
+            # AskUserQuestion: allowed, with the answer given as its input's `answers`
+            answer = " ".join(keys)
+            tool_input = dict(tool_input, answers={q.get("question", ""): answer for q in questions
+                                                   if isinstance(q, dict)})
+            allow = True
         if allow:
             decision = {"behavior": "allow", "updatedInput": tool_input}
         else:
@@ -308,7 +350,7 @@ class Claude(Harness):
         """Whether Claude keeps a transcript of `session` (so --resume works)."""
         return bool(self._transcripts(session))
 
-    def delivered(self, session, key):
+    def delivered(self, session, key, turn=None):
         """Whether the session's transcript holds the message's uuid (Claude
         writes it verbatim): the receipt that survives a crash."""
         return any(_file_holds(path, key) for path in self._transcripts(session))
@@ -320,7 +362,8 @@ class Codex(Harness):
     `turn/completed` ends every message the turn held."""
 
     name = "codex"
-    APPROVAL, SANDBOX = "untrusted", "danger-full-access"  # full access, every command asked first
+    APPROVAL = "untrusted"  # every command that is not known safe is asked first
+    SANDBOXES = {"full-access": "danger-full-access", "read-only": "read-only"}
 
     def start(self, session, resume):
         self.thread = session if resume else None
@@ -330,7 +373,12 @@ class Codex(Harness):
         self.texts = {}
         self.steers = {}
         self.spawn(self.program + ["app-server"] + self.extra)
-        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"}})
+        self.model = None
+        self.asked = {}  # a server request's id -> its method
+        # the experimental API: read-only runs in Codex's plan mode, the one
+        # in which its model may ask the user (request_user_input)
+        self.call("mu-init", "initialize", {"clientInfo": {"name": "mu-bridge", "version": "1"},
+                                            "capabilities": {"experimentalApi": True}})
 
     def call(self, rid, method, params):
         self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -342,6 +390,9 @@ class Codex(Harness):
         if rid is not None:  # a request of the server's: an approval or a question
             tool = "shell" if "commandExecution" in method else "edit" if "fileChange" in method else "question"
             shown = {"command": params["command"]} if isinstance(params.get("command"), str) else params
+            if method == "item/tool/requestUserInput":
+                shown = {"questions": params.get("questions") or []}
+            self.asked[rid] = method
             return [("ask", rid, tool, shown)]
         if method == "turn/started":
             self.turn = (params.get("turn") or {}).get("id")
@@ -381,13 +432,17 @@ class Codex(Harness):
                 self.call("mu-thread", "thread/resume", {"threadId": self.thread})
             else:
                 self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
-                                                        "sandbox": self.SANDBOX})
+                                                        "sandbox": self.SANDBOXES[self.role]})
             return []
         if rid == "mu-thread":
             thread = ((result or {}).get("thread") or {}).get("id")
             if error is not None or not thread:
                 return [("failed", "its thread could not start: %s" % _brief(error))]
             self.thread = thread
+            self.model = (result or {}).get("model")
+            sandbox = (result or {}).get("sandbox") or {}
+            say("mu-bridge: codex thread %s: sandbox %s, approvals %s" % (
+                thread, sandbox.get("type") if isinstance(sandbox, dict) else sandbox, (result or {}).get("approvalPolicy")))
             return [("ready", thread)]
         if isinstance(rid, str) and rid.startswith("mu-turn-"):
             key = rid[len("mu-turn-"):]
@@ -406,8 +461,10 @@ class Codex(Harness):
         return []
 
     def _start_turn(self, key, text):
-        self.call("mu-turn-" + key, "turn/start", {"threadId": self.thread, "clientUserMessageId": key,
-                                                     "input": [{"type": "text", "text": text}]})
+        params = {"threadId": self.thread, "clientUserMessageId": key, "input": [{"type": "text", "text": text}]}
+        if self.role == "read-only" and self.model:
+            params["collaborationMode"] = {"mode": "plan", "settings": {"model": self.model}}
+        self.call("mu-turn-" + key, "turn/start", params)
 
     def user(self, key, text, steer=False):
         if self.turn is None:
@@ -425,7 +482,13 @@ class Codex(Harness):
         if self.turn is not None:
             self.call("mu-int-%d" % now_ms(), "turn/interrupt", {"threadId": self.thread, "turnId": self.turn})
 
-    def permit(self, request_id, allow, tool_input, reply):
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        if self.asked.pop(request_id, None) == "item/tool/requestUserInput":
+            # the answer to each question: the answer's keys (ToolRequestUserInputResponse)
+            questions = (tool_input or {}).get("questions") or []
+            answers = {q.get("id"): {"answers": list(keys)} for q in questions if isinstance(q, dict)}
+            self.write({"jsonrpc": "2.0", "id": request_id, "result": {"answers": answers}})
+            return
         self.write({"jsonrpc": "2.0", "id": request_id, "result": {"decision": "accept" if allow else "decline"}})
 
     def _rollouts(self, thread):
@@ -439,12 +502,109 @@ class Codex(Harness):
     def resumable(self, thread):
         return bool(self._rollouts(thread))
 
-    def delivered(self, thread, key):
+    def delivered(self, thread, key, turn=None):
         """Whether the thread's rollout holds the message's clientUserMessageId."""
         return any(_file_holds(path, key) for path in self._rollouts(thread))
 
 
-HARNESSES = {"claude": Claude, "codex": Codex}
+class Pi(Harness):
+    """`pi --mode rpc` (JSON lines): the session is pi's session file, a run
+    of the agent goes from `agent_start` to `agent_end`, and pi has no
+    message id of its own: the bridge keeps the receipt (a `mark` of the
+    session file's length taken when the message is taken, before pi has
+    it; pi had it when the file holds the message's text past the mark)."""
+
+    name = "pi"
+
+    def start(self, session, resume):
+        self.busy = False
+        self.keys = []  # the keys of the run under way (or about to start)
+        self.held = []  # (key, text) to prompt once the run under way ended
+        self.last_text = None
+        argv = self.program + ["--mode", "rpc"]
+        if resume:
+            argv += ["--session", session]
+        self.spawn(argv + self.extra)
+        self.write({"id": "mu-init", "type": "get_state"})
+
+    def translate(self, event):
+        kind = event.get("type")
+        if kind == "response" and event.get("id") == "mu-init":
+            data = event.get("data") or {}
+            if not event.get("success") or not isinstance(data.get("sessionFile"), str):
+                return [("failed", "its state could not be read: %s" % _brief(event.get("error")))]
+            return [("ready", data["sessionFile"])]
+        if kind == "response" and event.get("success") is False:
+            key = event.get("id") or ""
+            if key in self.keys:  # a prompt pi refused: done with, as a failed turn
+                self.keys.remove(key)
+                return [("done", key, "Turn failed: %s" % first_line(str(event.get("error"))))]
+            return []
+        if kind == "message_end":
+            message = event.get("message") or {}
+            if message.get("role") == "assistant":
+                texts = [b.get("text") for b in message.get("content") or []
+                         if isinstance(b, dict) and b.get("type") == "text" and b.get("text")]
+                calls = [b for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "toolCall"]
+                found = [("text", "\n".join(texts))] if texts else []
+                if texts:
+                    self.last_text = "\n".join(texts)
+                return found + [("tool", c.get("name"), c.get("arguments")) for c in calls]
+            return []
+        if kind == "agent_end":
+            keys, self.keys, self.busy = self.keys, [], False
+            text, self.last_text = self.last_text, None
+            found = [("done", key, text) for key in keys]
+            if self.held:
+                self._prompt(*self.held.pop(0))
+            return found
+        return []
+
+    def _prompt(self, key, text):
+        self.busy = True
+        self.keys.append(key)
+        self.write({"id": key, "type": "prompt", "message": text})
+
+    def user(self, key, text, steer=False):
+        if not self.busy:
+            self._prompt(key, text)
+        elif steer:
+            self.keys.append(key)
+            self.write({"id": "mu-steer-" + key, "type": "steer", "message": text})
+        else:
+            self.held.append((key, text))  # after the run under way (an interrupt's own turn)
+
+    def interrupt(self):
+        if self.busy:
+            self.write({"id": "mu-abort-%d" % now_ms(), "type": "abort"})
+
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        pass  # pi asks no permission
+
+    def resumable(self, session):
+        return bool(session) and os.path.isfile(session)
+
+    def mark(self, session):
+        try:
+            return os.path.getsize(session)
+        except (OSError, TypeError):
+            return 0
+
+    def delivered(self, session, key, turn=None):
+        """Whether pi's session file holds the turn's message past the mark
+        the bridge took before pi had it."""
+        if not turn or not isinstance(turn.get("mark"), int):
+            return False
+        try:
+            with open(session, "rb") as f:
+                f.seek(turn["mark"])
+                tail = f.read()
+        except (OSError, TypeError):
+            return False
+        return json.dumps(turn.get("text") or "")[1:-1].encode("utf-8") in tail
+
+
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi}
 
 
 def _file_holds(path, text):
@@ -552,7 +712,7 @@ class Bridge:
 
     def resume_turn(self, turn, resumed):
         session = self.record["session"]
-        if resumed and all(self.harness.delivered(session, message_uuid(m)) for m in turn["msgIds"][:1]):
+        if resumed and all(self.harness.delivered(session, message_uuid(m), turn) for m in turn["msgIds"][:1]):
             self.settle(turn, error="the bridge restarted during the turn")
             return
         say("mu-bridge: turn %d.%d is given again after a restart" % (self.record["incarnation"], turn["n"]))
@@ -681,18 +841,22 @@ class Bridge:
             taken["turn"] = record["turn"]["n"]
         record["takenLog"] = (record.get("takenLog", []) + [taken])[-4:]
         self.save()
+        crash_point("bridge-recorded")
         create_json(os.path.join(self.taken, taken_name(message["msgId"]) + ".json"), taken)
         self.unlink(name)
+        crash_point("bridge-taken")
         if after is None:
             return
         if after[0] in ("user", "steer"):
             self.give(after[1], after[2], steer=after[0] == "steer")
+            crash_point("bridge-given")
         elif after[0] == "answer":
             (request_id, tool_input), keys = after[1], after[2]
             allow = keys[0].lower() in ALLOW_KEYS
             reply = None if allow or keys[0].lower() in DENY_KEYS else "The user answered: %s" % " ".join(keys)
-            self.harness.permit(request_id, allow, tool_input, reply)
-            say("  answered: %s" % ("allow" if allow else reply or "deny"))
+            question = isinstance(tool_input, dict) and isinstance(tool_input.get("questions"), list)
+            self.harness.permit(request_id, allow, tool_input, reply, keys if question else ())
+            say("  answered: %s" % (" ".join(keys) if question else "allow" if allow else reply or "deny"))
         else:
             self.harness.interrupt()
             if after[0] == "interrupt-then":
@@ -710,6 +874,9 @@ class Bridge:
         self.record["turn"] = {"n": self.record["runs"] + 1, "kind": kind, "msgIds": [message["msgId"]],
                                "text": text, "steers": [], "answers": [], "startedAt": now_ms(),
                                "open": [message_uuid(message["msgId"])]}
+        mark = self.harness.mark(self.record.get("session"))
+        if mark is not None:
+            self.record["turn"]["mark"] = mark  # taken before the harness has the message
         self.go_busy()
 
     def go_busy(self):
@@ -741,7 +908,14 @@ class Bridge:
                 self.block(event[1], event[2], event[3])
 
     def block(self, request_id, tool, tool_input):
-        if tool in ("AskUserQuestion", "question"):
+        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
+        if tool in ("AskUserQuestion", "question") and isinstance(questions, list):
+            asked = [q for q in questions if isinstance(q, dict)]
+            question = "%s asks: %s" % (self.harness.name, " / ".join(first_line(q.get("question"), 150) for q in asked))
+            labels = [o.get("label") for q in asked[:1] for o in q.get("options") or []
+                      if isinstance(o, dict) and isinstance(o.get("label"), str)]
+            keys = " | ".join(labels) if labels else "<your answer>"
+        elif tool in ("AskUserQuestion", "question"):
             question = "%s asks: %s" % (self.harness.name, _brief(tool_input, 300))
             keys = "<your answer>"
         else:
@@ -763,21 +937,33 @@ class Bridge:
                 return
 
     def harness_exited(self, code):
+        """Start the harness again on its session.  The turn under way settles
+        with the exit as its error when the harness had its message (the
+        receipt: its transcript holds the key); when it never had it (it died
+        with the message still in its pipe), the message is given again, so
+        a harness's crash loses no message and none is given twice."""
         say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
         self.request = None
+        session = self.record["session"]
         turn = self.record.get("turn")
-        if turn is not None:
+        again = turn is not None and not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
+        if turn is not None and not again:
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
         if self.restarts > RESTARTS:
             raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
-        session = self.record["session"]
         try:
             self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
-            self.new_incarnation("the session could not be resumed")
+            self.restart_elsewhere("the session could not be resumed")
             self.launch(None, False)
+        turn = self.record.get("turn")
+        if again and turn is not None:
+            say("mu-bridge: turn %d.%d is given again: %s never had it" % (
+                self.record["incarnation"], turn["n"], self.harness.name))
+            turn["open"] = [message_uuid(turn["msgIds"][0])]
+            self.give(turn["msgIds"][0], turn["text"])
         self.save()
 
     # -- the settle ------------------------------------------------------------------
@@ -859,13 +1045,14 @@ def main(argv=None):
     folder = os.environ.get(DIR_VAR) or None
     program = os.environ.get(variable) or default
     poll = POLL_S
+    role = "full-access"
     extra = []
     while args:
         arg = args.pop(0)
         if arg == "--":
             extra = args
             break
-        if arg in ("--dir", "--program", "--poll") and args:
+        if arg in ("--dir", "--program", "--role", "--poll") and args:
             value = args.pop(0)
         else:
             sys.stderr.write("mu-bridge: unknown argument %s\n%s\n" % (arg, USAGE))
@@ -874,12 +1061,20 @@ def main(argv=None):
             folder = value
         elif arg == "--program":
             program = value
+        elif arg == "--role":
+            if value not in ROLES:
+                sys.stderr.write("mu-bridge: --role must be one of %s, not %s\n" % (", ".join(ROLES), value))
+                return 2
+            role = value
         else:
             try:
                 poll = max(0.01, float(value))
             except ValueError:
                 sys.stderr.write("mu-bridge: --poll takes seconds\n")
                 return 2
+    if harness == "pi" and role != "full-access":
+        sys.stderr.write("mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n")
+        return 2
     if not folder:
         sys.stderr.write("mu-bridge: no folder: give --dir or set %s\n%s\n" % (DIR_VAR, USAGE))
         return 2
@@ -890,7 +1085,7 @@ def main(argv=None):
     if not command:
         sys.stderr.write("mu-bridge: the %s program %r is not a command line\n" % (harness, program))
         return 2
-    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue())
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role)
     bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
 
     def stop(signum, _frame):

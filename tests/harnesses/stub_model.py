@@ -1,4 +1,5 @@
-"""A model server of the tests' own: the Anthropic Messages API on 127.0.0.1.
+"""A model server of the tests' own on 127.0.0.1: the Anthropic Messages API
+(Claude Code), the OpenAI Responses API (Codex) and Chat Completions (pi).
 
 The harness tests point a real coding agent at it (Claude Code with
 ANTHROPIC_BASE_URL), so that a turn, a tool call, a permission request and
@@ -11,8 +12,12 @@ the system prompt, a tool result or an earlier message):
     STUB_TOOL    a Bash tool call that writes stub-note.txt in the working
                  directory and commits it; once its result comes back, the
                  text "STUB: tool done"
-    STUB_SLOW    the answer comes only after SLOW_S seconds (or when the
-                 agent hangs up, which an interrupt does)
+    STUB_SLOW    the answer comes only after `slow_s` seconds (SLOW_S unless
+                 a test sets it; or when the agent hangs up, which an
+                 interrupt does)
+    STUB_ASK     a question to the user with two options, red and blue
+                 (Claude's AskUserQuestion tool, Codex's request_user_input);
+                 once its result comes back, "STUB: tool done"
     anything     the text "STUB: <the message's first line>"
 
 A request without tools (a side query: a title, a classifier) gets plain
@@ -29,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional
 
 SLOW_S = 30.0
+QUESTION = {"header": "Colour", "question": "Which colour?",
+            "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}
 TOOL_COMMAND = ("printf 'written by the stub model\\n' > stub-note.txt && git add stub-note.txt"
                 " && git commit -q -m 'stub: a note' -- stub-note.txt")
 
@@ -61,6 +68,7 @@ class StubModel:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.requests: List[Dict[str, Any]] = []
+        self.slow_s = SLOW_S
         self.last_byte = 0.0  # when the last answer's last byte was written (time.time())
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -86,6 +94,8 @@ class StubModel:
                     stub.answer(self, body)
                 elif self.path.split("?")[0].rstrip("/").endswith("/responses") and isinstance(body, dict):
                     stub.respond(self, body)
+                elif self.path.split("?")[0].rstrip("/").endswith("/chat/completions") and isinstance(body, dict):
+                    stub.complete(self, body)
                 elif self.path.split("?")[0].endswith("/count_tokens"):
                     self._json({"input_tokens": 10})
                 else:
@@ -161,8 +171,11 @@ class StubModel:
         if "STUB_TOOL" in text:
             call = {"command": TOOL_COMMAND, "description": "Write and commit a note"}
             return self._stream(handler, [("text", "Writing the note."), ("tool_use", ("Bash", call))], "tool_use")
+        if "STUB_ASK" in text:
+            call = {"questions": [dict(QUESTION, multiSelect=False)]}
+            return self._stream(handler, [("tool_use", ("AskUserQuestion", call))], "tool_use")
         if "STUB_SLOW" in text:
-            return self._stream(handler, [("text", "STUB: slow done")], "end_turn", delay=SLOW_S)
+            return self._stream(handler, [("text", "STUB: slow done")], "end_turn", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._stream(handler, [("text", "STUB: " + first)], "end_turn")
 
@@ -183,10 +196,65 @@ class StubModel:
             return self._respond(handler, "STUB: tool done")
         if "STUB_TOOL" in text:
             return self._respond(handler, None, call=("exec_command", {"cmd": TOOL_COMMAND}))
+        if "STUB_ASK" in text:
+            return self._respond(handler, None, call=("request_user_input", {"questions": [dict(QUESTION, id="colour")]}))
         if "STUB_SLOW" in text:
-            return self._respond(handler, "STUB: slow done", delay=SLOW_S)
+            return self._respond(handler, "STUB: slow done", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._respond(handler, "STUB: " + first)
+
+    def complete(self, handler: BaseHTTPRequestHandler, body: Dict[str, Any]) -> None:
+        """The OpenAI Chat Completions API (pi): the same script as `answer`."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        last = messages[-1] if messages else {}
+        users = [m for m in messages if m.get("role") == "user"]
+        text = _newest(users[-1].get("content")) if users else ""
+        if last.get("role") == "tool":
+            return self._complete(handler, "STUB: tool done")
+        if "STUB_TOOL" in text:
+            return self._complete(handler, None, call=("bash", {"command": TOOL_COMMAND}))
+        if "STUB_SLOW" in text:
+            return self._complete(handler, "STUB: slow done", delay=self.slow_s)
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
+        return self._complete(handler, "STUB: " + first)
+
+    def _complete(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
+                  delay: Optional[float] = None) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        cid = "chatcmpl-stub-%d" % int(time.time() * 1e6)
+
+        def chunk(delta: Dict[str, Any], finish: Optional[str] = None, **more: Any) -> None:
+            choices = [] if more else [{"index": 0, "delta": delta, "finish_reason": finish}]
+            data = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "stub-model",
+                    "choices": choices, **more}
+            handler.wfile.write(("data: %s\n\n" % json.dumps(data)).encode())
+            handler.wfile.flush()
+
+        try:
+            chunk({"role": "assistant", "content": ""})
+            if delay:
+                until = time.monotonic() + delay
+                while time.monotonic() < until and not self.stopping.is_set():
+                    handler.wfile.write(b": waiting\n\n")  # a hung-up agent shows as a failed write
+                    handler.wfile.flush()
+                    time.sleep(0.1)
+            if call is not None:
+                chunk({"tool_calls": [{"index": 0, "id": "call_" + cid, "type": "function",
+                                       "function": {"name": call[0], "arguments": json.dumps(call[1])}}]})
+                chunk({}, "tool_calls")
+            else:
+                chunk({"content": text})
+                chunk({}, "stop")
+            chunk({}, None, usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            handler.wfile.write(b"data: [DONE]\n\n")
+            handler.wfile.flush()
+            self.last_byte = time.time()
+        except OSError:
+            pass  # the agent hung up (an interrupt)
 
     def _respond(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
                  delay: Optional[float] = None) -> None:
@@ -224,6 +292,7 @@ class StubModel:
             event({"type": "response.completed", "response": {"id": rid, "usage": {
                 "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}})
+            self.last_byte = time.time()
         except OSError:
             pass  # the agent hung up (an interrupt)
 

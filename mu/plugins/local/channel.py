@@ -64,6 +64,7 @@ from mu.plugins.local.processes import pid_runs
 from mu.plugins.local.turns import (
     INBOX,
     TAKEN,
+    TURN_FILE,
     counted_turn,
     landed,
     observation_of,
@@ -81,7 +82,8 @@ CHANNEL_CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer":
 DELIVERIES, FENCES, CHANNEL_LOCK = "deliveries", "fenced", ".channel.lock"
 TAKE_WAIT_S = 2.0  # how long a delivery waits for the agent to take it (ack "confirmed")
 TAKE_POLL_S = 0.01
-WATCH_POLL_S = 0.01
+WATCH_POLL_S = 0.01  # a watch reads the turn record at least this often
+WATCH_STAT_S = 0.002  # and looks at its file's stat this often, reading it at once when it changed
 LOCK_POLL_S = 0.005
 REPLY_MARGIN_S = 0.5  # what a wait leaves of the call's deadline for the answer
 # command, abort and answer carry no msgId (protocol "The channel"): the
@@ -393,11 +395,27 @@ def _watch_turns(watch, folder, inc, after):
     """A watch's worker: the one notification, once a turn past `after`
     counts in incarnation `inc` (watch/settled), or once the agent runs
     another incarnation (watch/restarted); nothing after a cancel."""
+    path = os.path.join(folder, TURN_FILE)
+    stamp, read_at = _stamp(path), 0.0
     while not watch.cancelled.is_set():
-        # turn.json first, then the turn's file (written before turn.json counts it)
-        if tell_watch(watch, turn_record(folder), settled_turn_of(folder, inc, after + 1), inc, after):
-            return
-        watch.cancelled.wait(WATCH_POLL_S)
+        now = time.monotonic()
+        seen = _stamp(path)
+        # a settle renames a new turn.json over the old one: its stat changes,
+        # and the records are read at once rather than at the next full read
+        if seen != stamp or now - read_at >= WATCH_POLL_S:
+            stamp, read_at = seen, now
+            # turn.json first, then the turn's file (written before turn.json counts it)
+            if tell_watch(watch, turn_record(folder), settled_turn_of(folder, inc, after + 1), inc, after):
+                return
+        watch.cancelled.wait(WATCH_STAT_S)
+
+
+def _stamp(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _runs_param(params, name, required=False):
