@@ -117,9 +117,14 @@ def test_a_close_that_would_drop_a_commit_keeps_the_tree_and_the_records(host, c
     assert branch(checkout) == mine
     assert host.tree().exists() and len(rows(isolated, "trees")) == 1
     assert [r["name"] for r in rows(isolated, "agents")] == ["a"]
+    # mu doctor names the collect still owed, and what settles it
+    found = json.loads(run_mu("doctor", "--json").stdout)["findings"]
+    owed = [f for f in found if f["check"] == "collect:w/a"]
+    assert [(f["result"], f["command"]) for f in owed] == [("fail", "mu agent close w/a")], found
     git("branch", "-m", "mu/w/a", "mine", cwd=checkout)
     again = run_mu("agent", "close", "w/a")
     assert again.returncode == 0, again.stderr
+    assert not [f for f in json.loads(run_mu("doctor", "--json").stdout)["findings"] if f["result"] == "fail"]
     assert branch(checkout) == head and branch(checkout, "refs/heads/mine") == mine
     assert rows(isolated, "trees") == [] and rows(isolated, "agents") == []
 

@@ -203,3 +203,21 @@ def test_a_settle_reaches_the_frame_through_its_watch_between_full_reads(crew, m
         assert "w/a" in live._watches  # watched again, past its new runs
     finally:
         live.stop()
+
+
+def test_top_and_doctor_read_while_another_mu_holds_the_write_lock(isolated):
+    import sqlite3
+
+    assert run_mu("task", "add", "w", "a task to show").returncode == 0
+    writer = sqlite3.connect(str(isolated / "mu.db"), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another mu's write under way: it holds the write lock
+    writer.execute("INSERT INTO task_events (task, at, who, kind) VALUES ('a-task-to-show', 0, 'user', 'note')")
+    try:
+        env = {"MU_DB_BUSY_TIMEOUT_MS": "300"}
+        top = run_mu("top", "--once", env=env)
+        assert top.returncode == 0 and "a-task-to-show" in top.stdout, top.stderr
+        doctor = run_mu("doctor", env=env)
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
