@@ -4,8 +4,9 @@
 # with no model).  It acquires a host, records a task, spawns an agent on it
 # in a worktree of a fresh repository with the task as its first prompt,
 # waits for its turn, reads what it said, sends it another message, waits
-# again, collects its commits onto branch mu/demo/fixer, closes it and
-# releases the host.  Everything lives in a fresh folder.
+# again, collects its commits onto branch mu/demo/fixer, closes the task
+# with the evidence (the commits), closes the agent and releases the host.
+# Everything lives in a fresh folder.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 demo=${MU_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/mu-demo.XXXXXX")}
@@ -35,6 +36,8 @@ mu send demo/fixer "now add a second file"
 mu wait demo/fixer --timeout 60
 mu collect demo/fixer
 git log --oneline mu/demo/fixer
+mu task close "$task" --evidence "commits $(git rev-parse --short mu/demo/fixer~1) and $(git rev-parse --short mu/demo/fixer) on mu/demo/fixer"
+mu task show "$task"
 mu agent close demo/fixer
 mu host release demo
 mu state

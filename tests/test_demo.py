@@ -7,6 +7,7 @@ happened really happened."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ def test_the_demo_runs_the_whole_agent_path(tmp_path):
     assert "You said: write down what the notes are for" in said  # the task's brief was its first prompt
     assert "demo/fixer settled: idle, runs 2, incarnation 1" in said
     assert "closed demo/fixer" in said and "host demo: released" in said
+    assert re.search(r"evidence: commits [0-9a-f]{7,} and [0-9a-f]{7,} on mu/demo/fixer", said), said
     repo = tmp_path / "demo" / "repo"
     subjects = git("log", "--format=%s", "mu/demo/fixer", cwd=repo).splitlines()
     assert subjects == ["mu-demo-agent: turn 2 of incarnation 1", "mu-demo-agent: turn 1 of incarnation 1",
