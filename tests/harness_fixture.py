@@ -44,6 +44,16 @@ def harness_program(name: str) -> Path:
     pytest.skip(why)
 
 
+SKILL_DESCRIPTION = "Work as one agent of a crew that mu runs"  # mu/SKILL.md's front matter, its start
+
+
+def told_of_skill(stub, listed: str) -> bool:
+    """Whether a request the harness sent the stub lists mu's skill as `listed`
+    (its name as the harness shows it, then its description), as the
+    request's JSON spells it."""
+    return any(listed + SKILL_DESCRIPTION in json.dumps(r["body"]) for r in stub.requests)
+
+
 @pytest.fixture
 def stub_model() -> Iterator:
     from harnesses.stub_model import StubModel

@@ -156,3 +156,34 @@ def test_pi_refuses_the_read_only_role_it_cannot_keep(tmp_path):
     pi.start("--role", "read-only", wait=False)
     assert pi.proc.wait(15) == 2
     assert pi.log.read_text() == "mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n"
+
+
+def test_the_skill_is_written_once_under_the_job_folder_by_its_hash_and_put_right_whole(tmp_path):
+    """place_skill (in-process: no harness needed): the same text is the same
+    tree, written once; another text is another tree; a tree edited by hand
+    is written again whole; nothing is left half-written beside them."""
+    import importlib.util
+
+    found = importlib.util.spec_from_file_location("mu_bridge_alone", ROOT / "mu" / "harness" / "bridge.py")
+    standalone = importlib.util.module_from_spec(found)  # as a host without mu runs it: the one file
+    found.loader.exec_module(standalone)
+    text = (ROOT / "mu" / "SKILL.md").read_text()
+    job = tmp_path / "job"
+    job.mkdir()
+    root = Path(standalone.place_skill(str(job), text))
+    files = [root / "claude" / "skills" / "mu" / "SKILL.md", root / "root" / "mu" / "SKILL.md"]
+    assert [f.read_text() for f in files] == [text, text]
+    assert json.loads((root / "claude" / ".claude-plugin" / "plugin.json").read_text())["name"] == "mu"
+    written = files[0].stat().st_mtime_ns
+    assert Path(standalone.place_skill(str(job), text)) == root and files[0].stat().st_mtime_ns == written
+    files[1].write_text("edited")
+    assert Path(standalone.place_skill(str(job), text)) == root and files[1].read_text() == text
+    other = Path(standalone.place_skill(str(job), text + "\nmore\n"))
+    assert other != root and sorted(p.name for p in job.iterdir()) == sorted([root.name, other.name])
+
+
+def test_a_skill_that_is_not_one_is_refused_in_one_line(tmp_path):
+    refused = Bridge(tmp_path / "job", tmp_path, "claude")
+    refused.start("--skill", "not base64!", wait=False)
+    assert refused.proc.wait(15) == 2
+    assert refused.log.read_text() == "mu-bridge: --skill takes a SKILL.md compressed with zlib, then base64\n"

@@ -68,6 +68,8 @@ def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_s
     first = spawned.stdout.split()[-1] if spawned.stdout else ""
     assert settled()["lastText"] == "STUB: hello from the test"
     assert claude_env.seen("hello from the test")
+    # the spawn gave Claude mu's skill (the bridge's --plugin-dir: a plugin named mu)
+    assert harness_fixture.told_of_skill(claude_env, "- mu:mu: ")
 
     # a tool call: Claude asks first, the turn shows blocked with the question
     sent = mu("send", "w/a", "please STUB_TOOL")

@@ -7,6 +7,8 @@ Claude Code, with the same helpers.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import harness_fixture
 import test_harness_claude as claude_tests
@@ -25,6 +27,9 @@ def box(codex_env, tmp_path, monkeypatch):
 def test_codex_runs_the_agent_path_send_approve_collect_interrupt_steer_fresh(box, codex_env):
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "codex", "--worktree", "--send", "hello codex")
     assert settled()["lastText"] == "STUB: hello codex"
+    # the spawn gave Codex mu's skill (the bridge's extra skill root), its CODEX_HOME untouched
+    assert harness_fixture.told_of_skill(codex_env, "- mu: ")
+    assert not (Path(os.environ["CODEX_HOME"]) / "skills" / "mu").exists()
 
     # a shell command: Codex asks for approval, the turn shows blocked with it
     mu("send", "w/a", "please STUB_TOOL")

@@ -31,6 +31,8 @@ def seen_chat(stub, word: str) -> int:
 def test_pi_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, pi_env):
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "pi", "--worktree", "--send", "hello pi")
     assert settled()["lastText"] == "STUB: hello pi"
+    # the spawn gave pi mu's skill (the bridge's --skill)
+    assert harness_fixture.told_of_skill(pi_env, "<name>mu</name>\\n    <description>")
 
     mu("send", "w/a", "please STUB_TOOL")  # pi asks nothing: the command runs
     waited = settled("1")

@@ -50,6 +50,8 @@ def test_claude_over_ssh_runs_behind_a_bridge_put_on_the_host(sshd, remote_stub,
     assert out.returncode == 0, (out.stderr, run_mu("agent", "read", "w/a").stdout)
     waited = json.loads(out.stdout)
     assert waited["observation"]["lastText"] == "STUB: hello over ssh"
+    # the skill came on the bridge's command line (the host has no mu) and Claude was told of it
+    assert harness_fixture.told_of_skill(remote_stub, "- mu:mu: ")
     bridges = sorted(p.name for p in (sshd.work / "bin").iterdir())
     assert len(bridges) == 1 and bridges[0].startswith("mu-bridge-") and bridges[0].endswith(".py")
     assert (sshd.work / "bin" / bridges[0]).read_bytes() == (ROOT / "mu" / "harness" / "bridge.py").read_bytes()

@@ -15,8 +15,10 @@ is no config.
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
+import zlib
 from typing import Any, Dict, Optional
 
 from mu import environment
@@ -88,3 +90,27 @@ def command_line(harness: str, own: str, role: str = "full-access") -> str:
     configured = program(harness)
     line = own if configured is None else f"{own} --program {shlex.quote(configured)}"
     return line if role == "full-access" else f"{line} --role {shlex.quote(role)}"
+
+
+def skill_path() -> str:
+    """The SKILL.md shipped with mu (package data beside mu/__init__.py)."""
+    import mu
+
+    return os.path.join(os.path.dirname(os.path.abspath(mu.__file__)), "SKILL.md")
+
+
+def with_skill(cmd: str) -> str:
+    """A bridged harness's command line with `--skill <mu's SKILL.md>`,
+    compressed then base64 (one shell word, about 1.6 kB): the bridge may
+    run on a host without mu, so the text travels on its command line and
+    the bridge puts it where the harness finds it (docs/harnesses.md, "The
+    mu skill").  Any other command line is returned as it is; so is this
+    one when the skill cannot be read (an agent without it still works)."""
+    if not cmd.startswith("mu-bridge "):
+        return cmd
+    try:
+        with open(skill_path(), "rb") as f:
+            text = f.read()
+    except OSError:
+        return cmd
+    return f"{cmd} --skill {base64.b64encode(zlib.compress(text, 9)).decode('ascii')}"

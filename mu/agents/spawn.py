@@ -215,7 +215,7 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     own = HARNESSES[harness]
     if own is None:
         raise UsageError(f"the {harness} harness has no command line of its own: give --command")
-    return harness, harnesses.command_line(harness, own, request.role), "harness"
+    return harness, harnesses.with_skill(harnesses.command_line(harness, own, request.role)), "harness"
 
 
 def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str], Optional[Task]]:

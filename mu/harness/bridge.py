@@ -1,7 +1,7 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
 Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
-                  [-- <extra args>]
+                  [--skill <encoded SKILL.md>] [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
 structured mode as its child, takes deliveries from the job folder's
@@ -39,6 +39,12 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
 - --role read-only runs Claude with `--permission-mode plan` and Codex
   with `sandbox: read-only` in its plan mode; full-access (the default)
   as described in docs/harnesses.md, "Roles".
+- --skill (a SKILL.md, zlib-compressed then base64, as mu's spawn gives
+  it: the host needs no mu) is written under the job folder, never the
+  person's configuration nor the working tree, and each harness is told
+  of it for its session only: Claude Code with `--plugin-dir` (a plugin
+  named mu, so the skill is `mu:mu`), Codex with `skills/extraRoots/set`
+  before its thread, pi with `--skill` (docs/harnesses.md, "The mu skill").
 - `fresh` starts a new session (a new --session-id) as incarnation + 1.
 - A harness that exits is started again, resuming its session: the turn
   under way settles with lastError "the harness exited (...)", and the
@@ -51,12 +57,15 @@ Python 3.9 or newer: it imports nothing of mu, so it can run as a single
 file on a host that has only python3.
 """
 
+import base64
+import binascii
 import hashlib
 import json
 import os
 import queue
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,10 +73,12 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
 USAGE = ("usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>]"
-         " [--poll <seconds>] [-- <extra args>]")
+         " [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]")
+SKILL_NAME = "mu"  # the skill's name in its front matter (mu/SKILL.md)
 ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
 HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex"),
                     "pi": ("MU_HARNESS_PI", "pi")}
@@ -166,6 +177,68 @@ def taken_name(msg_id):
     return "sha256-" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+# -- the mu skill ----------------------------------------------------------------
+#
+# One tree under the job folder serves every harness, named for its text's
+# hash (so a changed skill is a new tree, and the same one is written once):
+#
+#   skill-<16 hex>/claude/                      Claude Code's plugin (--plugin-dir):
+#       .claude-plugin/plugin.json, skills/mu/SKILL.md
+#   skill-<16 hex>/root/mu/SKILL.md             root/ is Codex's extra skill root, root/mu
+#                                               pi's --skill
+#
+# (apart: Codex takes a root beside a Claude plugin's manifest for a plugin,
+# and would name the skill mu:mu)
+
+
+def decode_skill(value):
+    """The SKILL.md text of a --skill value, or None when it is not one."""
+    try:
+        text = zlib.decompress(base64.b64decode(value.encode("ascii"), validate=True)).decode("utf-8")
+    except (ValueError, binascii.Error, zlib.error, UnicodeError):
+        return None
+    return text if text.strip() else None
+
+
+SKILL_FILES = (("claude", "skills", SKILL_NAME, "SKILL.md"), ("root", SKILL_NAME, "SKILL.md"))
+
+
+def place_skill(folder, text):
+    """The skill's tree under `folder`, written whole (a temporary folder,
+    renamed into place) unless it is there already."""
+    data = text.encode("utf-8")
+    root = os.path.join(folder, "skill-" + hashlib.sha256(data).hexdigest()[:16])
+    if all(_file_holds_exactly(os.path.join(root, *path), data) for path in SKILL_FILES):
+        return root
+    if os.path.isdir(root):  # not what its name says: an edit by hand; put it right
+        shutil.rmtree(root, ignore_errors=True)
+    temp = tempfile.mkdtemp(dir=folder, prefix=".tmp-skill-")
+    try:
+        os.makedirs(os.path.join(temp, "claude", ".claude-plugin"))
+        with open(os.path.join(temp, "claude", ".claude-plugin", "plugin.json"), "w", encoding="utf-8") as f:
+            json.dump({"name": SKILL_NAME, "description": "mu's skill for the agents it starts"}, f)
+        for path in SKILL_FILES:
+            os.makedirs(os.path.join(temp, *path[:-1]))
+            with open(os.path.join(temp, *path), "wb") as f:
+                f.write(data)
+        try:
+            os.rename(temp, root)
+        except OSError:  # another bridge of this job put it there first
+            if not os.path.isdir(root):
+                raise
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    return root
+
+
+def _file_holds_exactly(path, data):
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
+
+
 # -- the harnesses ---------------------------------------------------------------
 #
 # Each harness is a child process in its structured mode, read by a thread
@@ -184,8 +257,9 @@ def taken_name(msg_id):
 class Harness:
     name = ""
 
-    def __init__(self, program, extra, cwd, events, role="full-access"):
+    def __init__(self, program, extra, cwd, events, role="full-access", skill=None):
         self.role = role
+        self.skill = skill  # the mu skill's tree (place_skill), or None
         self.program = program
         self.extra = extra
         self.cwd = cwd
@@ -279,6 +353,8 @@ class Claude(Harness):
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
         if self.role == "read-only":
             argv += ["--permission-mode", "plan"]
+        if self.skill:
+            argv += ["--plugin-dir", os.path.join(self.skill, "claude")]  # for this session only: nothing in ~/.claude
         self.spawn(argv + self.extra)
         self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
 
@@ -428,11 +504,16 @@ class Codex(Harness):
         result, error = message.get("result"), message.get("error")
         if rid == "mu-init":
             self.write({"jsonrpc": "2.0", "method": "initialized"})
-            if self.thread:
-                self.call("mu-thread", "thread/resume", {"threadId": self.thread})
+            if self.skill:
+                # this server's extra skill root, for its threads: CODEX_HOME stays as it is
+                self.call("mu-skills", "skills/extraRoots/set", {"extraRoots": [os.path.join(self.skill, "root")]})
             else:
-                self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
-                                                        "sandbox": self.SANDBOXES[self.role]})
+                self._open_thread()
+            return []
+        if rid == "mu-skills":
+            if error is not None:
+                say("mu-bridge: codex did not take the mu skill: %s" % _brief(error))
+            self._open_thread()
             return []
         if rid == "mu-thread":
             thread = ((result or {}).get("thread") or {}).get("id")
@@ -459,6 +540,13 @@ class Codex(Harness):
             key = rid[len("mu-steer-"):]
             self._start_turn(key, self.steers.pop(key, ""))
         return []
+
+    def _open_thread(self):
+        if self.thread:
+            self.call("mu-thread", "thread/resume", {"threadId": self.thread})
+        else:
+            self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
+                                                    "sandbox": self.SANDBOXES[self.role]})
 
     def _start_turn(self, key, text):
         params = {"threadId": self.thread, "clientUserMessageId": key, "input": [{"type": "text", "text": text}]}
@@ -524,6 +612,8 @@ class Pi(Harness):
         argv = self.program + ["--mode", "rpc"]
         if resume:
             argv += ["--session", session]
+        if self.skill:
+            argv += ["--skill", os.path.join(self.skill, "root", SKILL_NAME)]
         self.spawn(argv + self.extra)
         self.write({"id": "mu-init", "type": "get_state"})
 
@@ -1046,13 +1136,14 @@ def main(argv=None):
     program = os.environ.get(variable) or default
     poll = POLL_S
     role = "full-access"
+    skill = None
     extra = []
     while args:
         arg = args.pop(0)
         if arg == "--":
             extra = args
             break
-        if arg in ("--dir", "--program", "--role", "--poll") and args:
+        if arg in ("--dir", "--program", "--role", "--poll", "--skill") and args:
             value = args.pop(0)
         else:
             sys.stderr.write("mu-bridge: unknown argument %s\n%s\n" % (arg, USAGE))
@@ -1066,6 +1157,11 @@ def main(argv=None):
                 sys.stderr.write("mu-bridge: --role must be one of %s, not %s\n" % (", ".join(ROLES), value))
                 return 2
             role = value
+        elif arg == "--skill":
+            skill = decode_skill(value)
+            if skill is None:
+                sys.stderr.write("mu-bridge: --skill takes a SKILL.md compressed with zlib, then base64\n")
+                return 2
         else:
             try:
                 poll = max(0.01, float(value))
@@ -1085,7 +1181,15 @@ def main(argv=None):
     if not command:
         sys.stderr.write("mu-bridge: the %s program %r is not a command line\n" % (harness, program))
         return 2
-    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role)
+    root = None
+    if skill is not None:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            root = place_skill(os.path.abspath(folder), skill)
+        except OSError as exc:
+            sys.stderr.write("mu-bridge: cannot write the mu skill in %s: %s\n" % (folder, exc.strerror or exc))
+            return 1
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role, root)
     bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
 
     def stop(signum, _frame):
