@@ -281,12 +281,10 @@ def task_defer(task: str, cascade: bool = False) -> ShelveResult:
 
 def skill_path() -> str:
     """The path of the SKILL.md shipped with mu: what an agent inside a
-    pane reads to learn mu (`mu skill`)."""
-    import os
+    pane reads to learn mu (`mu skill`), and what a harness's spawn gives it."""
+    from mu.agents import harnesses
 
-    import mu
-
-    return os.path.join(os.path.dirname(os.path.abspath(mu.__file__)), "SKILL.md")
+    return harnesses.skill_path()
 
 
 # -- agents -----------------------------------------------------------------------
