@@ -363,7 +363,7 @@ def test_bad_first_prompts_and_harnesses_are_refused(provider, extra, says):
     assert out.returncode == 2, out.stderr
     assert says in one_error_line(out)
     if "nope" in says:
-        assert "demo, sh" in out.stderr  # the list of harnesses
+        assert "claude, codex, demo, pi, sh" in out.stderr  # the list of harnesses
     p.nothing_written()
     assert p.methods() == []
 
