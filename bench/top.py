@@ -1,4 +1,4 @@
-"""Bench 12: `mu top`.
+"""Bench 15: `mu top`.
 
 Two figures.
 
@@ -133,7 +133,7 @@ def settles(opts: harness.Options) -> List[Row]:
 
 def body(opts: harness.Options) -> None:
     rows = frames(opts) + settles(opts)
-    harness.print_table("bench 12: mu top", rows, opts, [
+    harness.print_table("bench 15: mu top", rows, opts, [
         f"{AGENTS:,} agents: bench 7's records; past ASK_MAX neither verb asks a plugin",
         "settle to frame: the reader's newest frame, read every 2 ms in its process; the screen redraws every"
         " 0.1 s on top of it; the settle's time is turn.json's ctime (bench 11)",
