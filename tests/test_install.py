@@ -116,3 +116,22 @@ def test_the_installed_mu_spawns_the_demo_harness(installed, tmp_path):
         closed = mu("agent", "close", "w/a")
         released = mu("host", "release", "box")
     assert closed.returncode == 0 and released.returncode == 0, (closed.stderr, released.stderr)
+
+
+def test_the_installed_ssh_plugin_finds_the_programs_it_puts_on_a_host(installed, tmp_path):
+    """An SSH (or podman) job writes mu-bridge and mu-demo-agent onto its
+    host from the install: the plugin, run as the installed script, reads
+    both from beside itself and the package (mu.plugins.ssh.job.SHIPPED)."""
+    probe = ("import sys; sys.argv[0] = %r\n"
+             "from mu.plugins.ssh import job\n"
+             "for program in ('mu-bridge claude', 'mu-demo-agent'):\n"
+             "    cmd, setup = job.shipped_on_host(program)\n"
+             "    print(cmd.split()[1], len(setup))\n") % str(installed / "bin" / "mu-plugin-ssh")
+    env = outside_env(installed, tmp_path)
+    env["PYTHONPATH"] = str(installed)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert [cmd for cmd, _ in lines] == ['"$MU_SHIPPED_PY"'] * 2
+    assert all(int(size) > 1000 for _, size in lines)  # each program's whole text travels in the run.sh

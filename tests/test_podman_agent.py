@@ -76,8 +76,10 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     assert "sleep 60" not in left and "sleep 61" not in left  # the run's whole tree is gone
 
     start = git("rev-parse", "HEAD", cwd=checkout)
-    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", f"python3 {DEMO}")
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "demo")
     assert spawned.returncode == 0, spawned.stderr
+    shipped = engine.podman("exec", name, "sh", "-c", "cat /mu/bin/mu-demo-agent-*.py").stdout
+    assert shipped == DEMO.read_text()  # the demo harness travels in the job's run.sh
     one = shown("w/a")
     assert (one["host"], one["liveness"], one["turn"], one["runs"]) == ("box", "alive", "idle", 0)
     view = " ".join(psutil.Process(one["pane"]["pid"]).cmdline())

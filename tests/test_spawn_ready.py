@@ -169,7 +169,7 @@ def ssh_box(sshd, monkeypatch):  # noqa: F811
 
 @pytest.mark.parametrize("argv,says", [
     (["--command", "mu-no-such-program"], "its job ended"),
-    (["--harness", "demo", "--env", "PATH=/usr/bin:/bin"], "its job ended"),
+    (["--harness", "demo", "--env", "PATH="], "its job ended"),  # no python3 to run it
     (["--command", f"{sys.executable} {DEMO}", "--env", "PATH="], "its job ended"),
     (["--command", "sh -c 'echo a program of its own; sleep 100'"], "never spoke mu's channel"),
 ])

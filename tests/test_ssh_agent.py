@@ -1,6 +1,7 @@
 """The whole agent path over SSH, as a user runs it: `mu-plugin-ssh` against a
 real sshd (tests/ssh_fixture.py), a `--plugin` profile, and
-examples/mu-demo-agent unchanged in remote tmux.
+`--harness demo`: examples/mu-demo-agent, put on the host by the job
+itself (the host's PATH has none), unchanged in remote tmux.
 
 add the plugin and the profile, spawn with `--worktree` (the caller's
 commit pushed to the host and a tree made there), send, wait for the
@@ -12,7 +13,6 @@ the tree, the remote session and the records all gone).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import psutil
@@ -56,8 +56,10 @@ def test_the_whole_agent_path_over_ssh(sshd, checkout, monkeypatch):  # noqa: F8
     assert added.returncode == 0, added.stderr
     start = git("rev-parse", "HEAD", cwd=checkout)
 
-    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", f"{sys.executable} {DEMO}")
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "demo")
     assert spawned.returncode == 0, spawned.stderr
+    (shipped,) = (sshd.work / "bin").iterdir()  # content-addressed: mu's own demo agent, byte for byte
+    assert shipped.name.startswith("mu-demo-agent-") and shipped.read_bytes() == DEMO.read_bytes()
     one = shown("w/a")
     assert (one["host"], one["liveness"], one["turn"], one["runs"]) == ("box", "alive", "idle", 0)
     first_view = one["pane"]["pid"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import sys
 import time
 from typing import Any, Dict
 
@@ -54,41 +55,60 @@ READ_S = 8.0  # inside the protocol's 10 s for a read
 START = {"lookup": True, "fenceKey": True}
 
 
-# A harness's command line `mu-bridge <harness> ...` (mu.agents.spawn's
-# HARNESSES) runs the bridge that ships with this plugin, put on the host
-# by the job's run.sh: <work>/bin/mu-bridge-<16 hex of its sha256>.py, so a
-# host needs only python3 and the harness, and two versions never mix.
-BRIDGE_COMMAND = "mu-bridge "
-BRIDGE_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                             "harness", "bridge.py")
-BRIDGE_END = "MU_BRIDGE_SOURCE_ENDS_HERE"
+# The programs a harness's command line starts with that ship with mu
+# (mu.agents.spawn's HARNESSES): `mu-bridge <harness> ...` and
+# `mu-demo-agent`.  The job's run.sh puts the one it names on the host,
+# <work>/bin/<program>-<16 hex of its sha256>.py, and runs it with python3,
+# so a host needs only python3 (and the harness), and two versions never mix.
+PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = {
+    "mu-bridge": (os.path.join(PACKAGE, "harness", "bridge.py"),),
+    # a script beside this plugin's own when installed, examples/ in a checkout
+    "mu-demo-agent": (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or ".")), "mu-demo-agent"),
+                      os.path.join(os.path.dirname(PACKAGE), "examples", "mu-demo-agent")),
+}
+SHIPPED_END = "MU_SHIPPED_SOURCE_ENDS_HERE"
 
 
-def bridge_on_host(cmd: str) -> "tuple[str, str]":
-    """(the command line that runs the bridge from the work folder, the sh
-    lines that put it there first when it is not there yet).  The file is
-    read here, not imported: a plugin loads nothing of mu's runtime."""
-    try:
-        with open(BRIDGE_SOURCE, "rb") as f:
-            source = f.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise sdk.Permanent("mu-bridge is not installed beside this plugin: %s" % exc) from None
-    if BRIDGE_END in source:
-        raise sdk.Permanent("mu-bridge's source holds its own here-document marker")
-    name = "mu-bridge-%s.py" % hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+def _shipped_source(program: str) -> str:
+    """The text of a program mu ships, read here, never imported: a plugin
+    loads nothing of mu's runtime."""
+    for path in SHIPPED[program]:
+        try:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise sdk.Permanent("%s beside this plugin cannot be read: %s" % (program, exc)) from None
+    raise sdk.Permanent("%s is not installed beside this plugin (looked at %s)"
+                        % (program, ", ".join(SHIPPED[program])))
+
+
+def shipped_on_host(cmd: str) -> "tuple[str, str]":
+    """(the command line that runs the shipped program `cmd` starts with
+    from the work folder, the sh lines that put it there first when it is
+    not there yet); `(cmd, "")` for a command line of no shipped program."""
+    program, _, rest = cmd.partition(" ")
+    if program not in SHIPPED:
+        return cmd, ""
+    source = _shipped_source(program)
+    if SHIPPED_END in source:
+        raise sdk.Permanent("%s's source holds the here-document marker that copies it" % program)
+    name = "%s-%s.py" % (program, hashlib.sha256(source.encode("utf-8")).hexdigest()[:16])
     setup = "\n".join([
-        "# written by mu-plugin-ssh: the bridge a harness runs behind, content-addressed",
+        "# written by mu-plugin-ssh: %s, which this job runs, content-addressed" % program,
         'B=$(pwd); B=${B%/jobs/*}/bin',
         'if [ ! -f "$B/%s" ]; then' % name,
-        '  mkdir -p -- "$B" && cat > "$B/.%s.$$" <<\'%s\'' % (name, BRIDGE_END),
+        '  mkdir -p -- "$B" && cat > "$B/.%s.$$" <<\'%s\'' % (name, SHIPPED_END),
         source.rstrip("\n"),
-        BRIDGE_END,
+        SHIPPED_END,
         '  mv -f -- "$B/.%s.$$" "$B/%s"' % (name, name),
         "fi",
-        'export MU_BRIDGE_PY="$B/%s"' % name,
+        'export MU_SHIPPED_PY="$B/%s"' % name,
         "",
     ])
-    return 'python3 "$MU_BRIDGE_PY" ' + cmd[len(BRIDGE_COMMAND):], setup
+    return ('python3 "$MU_SHIPPED_PY" ' + rest).rstrip(), setup
 
 
 def declaration(channel: str) -> Dict[str, Any]:
@@ -149,8 +169,8 @@ class JobSeam:
         exports = dict(spec.get("env") or {})
         exports[remote.JOB_VAR] = job_token(self.options.instance(), key)
         cmd, setup = spec["cmd"], ""
-        if spec.get("commandSource") == "harness" and cmd.startswith(BRIDGE_COMMAND):
-            cmd, setup = bridge_on_host(cmd)
+        if spec.get("commandSource") == "harness":
+            cmd, setup = shipped_on_host(cmd)
         body = (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shlex.quote)).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
         args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent]
