@@ -146,6 +146,13 @@ def harness_program(harness: str, environ: Optional[Mapping[str, str]] = None) -
     return env.get("MU_HARNESS_" + harness.upper().replace("-", "_")) or None
 
 
+def skill_setting(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """`MU_SKILL` as set (`on` or `off`, and their spellings), or None when
+    unset; the config file's `skill` comes next (mu.agents.harnesses)."""
+    env = os.environ if environ is None else environ
+    return env.get("MU_SKILL") or None
+
+
 def default_harness(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The harness a spawn without --harness runs (`MU_HARNESS`), or None
     when unset; the config file's `harness` comes next (mu.agents.harnesses)."""

@@ -61,3 +61,31 @@ def test_a_spawn_with_an_unknown_default_harness_is_refused_before_any_call(conf
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == "mu: mu knows no harness 'nope'"
     assert "claude" in out.stderr and "codex" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_skill_is_given_unless_the_environment_or_the_file_says_off(config, monkeypatch):
+    monkeypatch.delenv("MU_SKILL", raising=False)
+    assert " --skill " in harnesses.with_skill("mu-bridge pi")
+    assert harnesses.with_skill("mu-demo-agent") == "mu-demo-agent"  # only a bridge takes one
+    config.write_text("skill: false\n")
+    assert harnesses.with_skill("mu-bridge pi") == "mu-bridge pi"
+    monkeypatch.setenv("MU_SKILL", "on")  # the environment wins over the file
+    assert " --skill " in harnesses.with_skill("mu-bridge pi")
+    monkeypatch.setenv("MU_SKILL", "OFF")
+    assert harnesses.with_skill("mu-bridge pi") == "mu-bridge pi"
+
+
+@pytest.mark.parametrize("env, text, says", [
+    ("maybe", "", "MU_SKILL must be on or off, not 'maybe'"),
+    (None, "skill: sometimes\n", "the config file's skill must be true or false"),
+])
+def test_a_bad_skill_setting_is_refused_before_any_call(config, monkeypatch, env, text, says):
+    if env is None:
+        monkeypatch.delenv("MU_SKILL", raising=False)
+    else:
+        monkeypatch.setenv("MU_SKILL", env)
+    config.write_text(text)
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines()[0] == "mu: " + says if env else says in out.stderr.splitlines()[0]
+    assert "Traceback" not in out.stderr

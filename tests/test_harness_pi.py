@@ -65,3 +65,15 @@ def test_pi_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, pi_
     assert "pi: STUB: hello pi" in read and "tool bash: run: " in read
     assert "sk-stub-not-a-key" not in read
     mu("agent", "close", "w/a")
+
+
+def test_a_spawn_with_the_skill_turned_off_tells_pi_of_no_skill(box, pi_env, monkeypatch):
+    """`MU_SKILL=off` (docs/harnesses.md, "The mu skill"): the bridge gets
+    no --skill, writes no skill folder, and pi's requests name no skill."""
+    monkeypatch.setenv("MU_SKILL", "off")
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "pi", "--send", "hello pi")
+    assert settled()["lastText"] == "STUB: hello pi"
+    assert pi_env.requests and not harness_fixture.told_of_skill(pi_env, "<name>mu</name>\\n    <description>")
+    (job,) = [p.parent for p in box.parent.rglob("turn.json")]
+    assert not list(job.glob("skill-*"))
+    mu("agent", "close", "w/a")

@@ -4,6 +4,7 @@ first, then the config file (`environment.config_path`), then mu's default.
 The config file is YAML; the keys read here:
 
     harness: claude            # the default harness of `mu agent spawn`
+    skill: false               # give a harness mu's SKILL.md (default true)
     harnesses:
       claude:
         program: /opt/claude/bin/claude --model opus   # a command line
@@ -99,14 +100,33 @@ def skill_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(mu.__file__)), "SKILL.md")
 
 
+SKILL_ON = ("on", "1", "true", "yes")
+SKILL_OFF = ("off", "0", "false", "no")
+
+
+def skill_wanted() -> bool:
+    """Whether a bridged harness gets mu's skill: `MU_SKILL` (on/off), else
+    the config file's `skill` (a boolean), else yes."""
+    chosen = environment.skill_setting()
+    if chosen is not None:
+        if chosen.lower() in SKILL_ON + SKILL_OFF:
+            return chosen.lower() in SKILL_ON
+        raise UsageError(f"MU_SKILL must be on or off, not {chosen!r}")
+    chosen = _config().get("skill", True)
+    if not isinstance(chosen, bool):
+        raise UsageError(f"the config file's skill must be true or false, not {chosen!r}")
+    return chosen
+
+
 def with_skill(cmd: str) -> str:
     """A bridged harness's command line with `--skill <mu's SKILL.md>`,
     compressed then base64 (one shell word, about 1.6 kB): the bridge may
     run on a host without mu, so the text travels on its command line and
     the bridge puts it where the harness finds it (docs/harnesses.md, "The
     mu skill").  Any other command line is returned as it is; so is this
-    one when the skill cannot be read (an agent without it still works)."""
-    if not cmd.startswith("mu-bridge "):
+    one when the skill cannot be read (an agent without it still works),
+    and when `skill_wanted()` says no."""
+    if not cmd.startswith("mu-bridge ") or not skill_wanted():
         return cmd
     try:
         with open(skill_path(), "rb") as f:
