@@ -225,3 +225,4 @@ def test_close_ends_its_agents_open_deliveries(reclaiming_host, checkout, isolat
     assert row["state"] == "closed" and rows(isolated, "effects") == []
     checked = run_mu("agent", "check", "w/a", row["msg_id"])  # its outcome was never known, and says so
     assert checked.returncode == 1 and "closed" in one_error_line(checked), checked.stderr
+    assert "send it again to an agent that runs" in checked.stderr and "mu agent read" not in checked.stderr

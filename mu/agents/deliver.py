@@ -416,6 +416,10 @@ def check(agent_name: str, msg_id: str) -> Delivered:
         raise NotFound(f"{msg_id} is not a delivery to {agent_name}", f"it was delivered to {row.agent}")
     if row.state in ("accepted", "not-accepted"):
         return _delivered(row, [])
+    if row.state == "closed":  # final: its agent's close stopped the job and forgot the intent
+        raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: {row.reason}",
+                             "no one is left to ask; if it still matters, send it again to an agent that runs",
+                             key=msg_id)
     with locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S)):
         row = deliveries.find(msg_id)
         assert row is not None
