@@ -399,7 +399,8 @@ def check(agent_name: str, msg_id: str) -> Delivered:
     while no newer delivery was written).
 
     A recorded outcome (`accepted`, `not-accepted`) is returned as it is,
-    with no call.  An open one is resolved under the agent's lock.  A msgId
+    with no call; so is `closed` (its agent's close ended it unknown), as
+    `UnknownOutcome`.  An open one is resolved under the agent's lock.  A msgId
     mu has no delivery of is one mu never sent (every delivery's row is
     written before its call): `NotFound` (exit 2), whatever a channel's
     receipt would say of it.  Raises `UnknownOutcome` (exit 1) while the
