@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from conftest import ROOT, fake_as, run_mu, wait_for
 
 from mu import schema, sdk
 from mu.contract import registry
+from mu.contract import watcher as watcher_module
 from mu.contract.registry import Check
 from mu.contract.report import FAIL, OK
 from mu.contract.runner import _run_one
@@ -321,6 +323,32 @@ def test_the_watcher_kills_only_what_it_proves_the_plugins():
         for proc in (theirs, mine):
             proc.kill()
             proc.wait()
+
+
+def test_the_watcher_catches_a_helper_with_an_empty_environment():
+    # A process that has begun to exit reads as an empty environment, and
+    # the watcher waits for the next poll to judge it; a live helper whose
+    # environment is empty on purpose is no such process and is caught.
+    leader = subprocess.Popen(["sh", "-c", "setsid env -i sleep 30 & wait"], start_new_session=True)
+    watcher = GroupWatcher(frozenset(), b"MU_PLUGIN_CANARY=c0ffee")
+    watcher.adopt(leader.pid)
+    try:
+        watcher.start()
+        wait_for(lambda: watcher.escaped, what="the helper caught")
+        (escaped,) = watcher.escaped.values()
+        assert escaped.how == "started by the plugin" and "sleep" in escaped.command
+    finally:
+        watcher.stop()
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
+def test_the_watcher_tells_a_process_on_its_way_out():
+    gone = subprocess.Popen(["true"])
+    wait_for(lambda: watcher_module._exiting(gone.pid), what="the zombie read as exiting")  # a zombie
+    gone.wait()
+    assert watcher_module._exiting(gone.pid)  # gone
+    assert not watcher_module._exiting(os.getpid())
 
 
 # -- the registry ----------------------------------------------------------------------

@@ -25,7 +25,10 @@ plugin started outside it.  A `GroupWatcher` proves that, and cleans up:
   (`allow_job`) is that job's: a job on a provider's host is the host's
   process, not the plugin's helper, and a detached one leaves the plugin's
   group by design (protocol "The job").  It is never recorded nor killed
-  here; the job checks stop it through the plugin and prove it gone.
+  here; the job checks stop it through the plugin and prove it gone;
+- a process that has begun to exit is judged on a later poll, never on
+  the empty environment it shows on its way out (a job's wrapper that
+  just ended would look like a helper with no marker).
 
 A poll walks the whole process table, so the pause between polls grows
 with what a poll costs (a plugin that forks a thousand children must not
@@ -188,7 +191,12 @@ class GroupWatcher:
                 group = table[pid][1]
                 self._lineage.add(pid)
                 self._check_env(pid)
-                if group != pgid and not _carries_any(pid, jobs):
+                if group == pgid:
+                    continue
+                environ = _environ(pid)
+                if _exiting(pid):
+                    continue  # what was read may be nothing: the next poll decides
+                if not _carries_any(environ, jobs):
                     suspects.append((pid, "started by the plugin"))
         unexplained: Dict[int, float] = {}
         now = time.monotonic()
@@ -201,24 +209,18 @@ class GroupWatcher:
             since = unexplained[pid] = self._unexplained.get(pid, now)
             if not final and now - since < ADOPTION_GRACE_S:
                 continue  # it may be a leader the supervisor has not adopted yet
-            if pid not in self._lineage and not self._carries_marker(pid):
+            environ = _environ(pid)
+            if _exiting(pid):
+                continue  # a job that just ended, say: what was read may be nothing, the next poll decides
+            if pid not in self._lineage and not _carries_any(environ, [self._marker]):
                 continue  # not proven the plugin's: an embedding program's own child
-            if _carries_any(pid, jobs):
+            if _carries_any(environ, jobs):
                 continue  # a job the suite asked for, re-parented once its launcher ended
             suspects.append((pid, "re-parented to mu after its parent exited"))
             suspects.extend((d, "started by a process outside the group") for d in _descendants(pid, children))
         self._unexplained = unexplained
         for pid, how in suspects:
             self._record_and_kill(pid, table[pid][0], how)
-
-    def _carries_marker(self, pid: int) -> bool:
-        if not self._marker:
-            return False
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return b"\0" + self._marker + b"\0" in b"\0" + f.read()
-        except OSError:
-            return False
 
     def _check_env(self, pid: int) -> None:
         if not self._local_only:
@@ -271,16 +273,39 @@ class GroupWatcher:
                 continue
 
 
-def _carries_any(pid: int, markers: List[bytes]) -> bool:
-    """Does `pid`'s environment hold one of `markers` (``VAR=value``)?"""
-    if not markers:
-        return False
+PF_EXITING = 0x4  # linux/sched.h: the process has begun to exit
+
+
+def _exiting(pid: int) -> bool:
+    """Is `pid` gone, or on its way out?  A process that has begun to exit
+    releases its memory before it becomes a zombie, so its environment
+    reads as empty for a moment (a job's wrapper closing its pty can
+    stretch that): nothing can be told of it from there, and the next poll
+    finds it a zombie or gone.  Ask after reading the environment: if it
+    had not begun to exit then, what was read is what it carries."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        flags = int(stat[stat.rfind(b")") + 2:].split(b" ", 7)[6])
+    except (OSError, ValueError, IndexError):
+        return True
+    return bool(flags & PF_EXITING)
+
+
+def _environ(pid: int) -> bytes:
+    """`pid`'s environment (``VAR=value`` entries, each ended by a NUL);
+    empty when it has none or is gone."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = b"\0" + f.read()
+            return f.read()
     except OSError:
-        return False
-    return any(b"\0" + marker + b"\0" in environ for marker in markers)
+        return b""
+
+
+def _carries_any(environ: bytes, markers: List[bytes]) -> bool:
+    """Does `environ` (from `_environ`) hold one of `markers` (``VAR=value``)?"""
+    environ = b"\0" + environ
+    return any(b"\0" + marker + b"\0" in environ for marker in markers if marker)
 
 
 def live_members(pgid: int) -> List[int]:
