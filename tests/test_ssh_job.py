@@ -208,3 +208,28 @@ def test_attach_opens_a_new_view_and_closing_it_leaves_the_job(jobs):
     assert jobs.stop("k7") is None
     out = run_mu("plugin", "call", "ssh", "job.attach", json.dumps({"target": jobs.target("k8")}), "--host", "box")
     assert out.returncode == 5 and "no started job" in out.stderr
+
+
+def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path):
+    # The lines that put mu-demo-agent on the host, run by a real sh in a
+    # job's folder, with a `cat` that copies a little and then hangs; the
+    # hangup tmux sends when a session is killed reaches the copy there.
+    from mu.plugins.ssh.job import shipped_on_host
+
+    _cmd, setup = shipped_on_host("mu-demo-agent")
+    folder = tmp_path / "work" / "jobs" / "j1"
+    folder.mkdir(parents=True)
+    (folder / "run.sh").write_text(setup + "echo never-reached\n")
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "cat").write_text("#!/bin/sh\nhead -c 100\nexec sleep 30\n")
+    (shims / "cat").chmod(0o755)
+    run = subprocess.Popen(["sh", "run.sh"], cwd=folder, start_new_session=True, stdout=subprocess.PIPE,
+                           env=dict(os.environ, PATH=f"{shims}:/usr/bin:/bin"))
+    bin_dir = tmp_path / "work" / "bin"
+    wait_for(lambda: bin_dir.is_dir() and any(p.stat().st_size == 100 for p in bin_dir.iterdir()), 15,
+             "the copy to begin")
+    os.killpg(run.pid, signal.SIGHUP)
+    out, _ = run.communicate(timeout=15)
+    assert run.returncode == 143 and b"never-reached" not in out
+    assert list(bin_dir.iterdir()) == []

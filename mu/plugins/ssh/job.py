@@ -100,10 +100,13 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
         "# written by mu-plugin-ssh: %s, which this job runs, content-addressed" % program,
         'B=$(pwd); B=${B%/jobs/*}/bin',
         'if [ ! -f "$B/%s" ]; then' % name,
+        # a stop while it copies (tmux's hangup, a TERM) leaves no half copy behind
+        '  trap \'rm -f -- "$B/.%s.$$"; exit 143\' TERM HUP INT' % name,
         '  mkdir -p -- "$B" && cat > "$B/.%s.$$" <<\'%s\'' % (name, SHIPPED_END),
         source.rstrip("\n"),
         SHIPPED_END,
         '  mv -f -- "$B/.%s.$$" "$B/%s"' % (name, name),
+        "  trap - TERM HUP INT",
         "fi",
         'export MU_SHIPPED_PY="$B/%s"' % name,
         "",
