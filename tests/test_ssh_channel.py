@@ -23,7 +23,7 @@ from ssh_fixture import sshd  # noqa: F401  (the fixture)
 from mu import schema
 from mu.deadline import Deadline
 from mu.errors import Permanent
-from mu.plugins.ssh.job import job_name
+from mu.plugins.shellhost.job import job_name
 from mu.runtime.client import PluginClient
 from mu.runtime.watches import wait_any
 

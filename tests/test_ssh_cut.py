@@ -129,7 +129,7 @@ def test_a_cut_in_the_middle_of_a_fetch(box, tmp_path, monkeypatch):
 
 
 def test_a_job_survives_a_cut_and_reads_running_again(box):
-    from mu.plugins.ssh.job import job_name
+    from mu.plugins.shellhost.job import job_name
     from mu.plugins.ssh.main import parse
     from mu.runtime.client import PluginClient
 
@@ -172,7 +172,7 @@ def test_a_watch_lives_through_a_cut_and_sees_the_turn_after_it(box, monkeypatch
     # the agent runs examples/mu-demo-agent in remote tmux; a watch opened
     # before the cut polls through it, and fires on the turn after it
     from mu.deadline import Deadline
-    from mu.plugins.ssh.job import job_name
+    from mu.plugins.shellhost.job import job_name
     from mu.plugins.ssh.main import parse
     from mu.runtime.client import PluginClient
     from mu.runtime.watches import wait_any
@@ -213,7 +213,7 @@ def test_mu_wait_across_a_cut_times_out_and_the_next_wait_sees_the_turn(box, mon
     # by its own --timeout (124) within one grace, leaving nothing behind;
     # the agent's remote session survives, and once the link is back a send
     # and the next `mu wait` see its turn
-    from mu.plugins.ssh.job import job_name
+    from mu.plugins.shellhost.job import job_name
     from mu.plugins.ssh.main import parse
 
     monkeypatch.setenv("MU_PANES", "headless")

@@ -75,7 +75,7 @@ class Jobs:
         return self.read("job.status", target=self.target(key))
 
     def session_alive(self, key: str) -> bool:
-        from mu.plugins.ssh.job import job_name
+        from mu.plugins.shellhost.job import job_name
 
         done = self.server.run(f"tmux -L mu-{self.instance} has-session -t ={job_name(key)}")
         return done.returncode == 0
@@ -172,7 +172,7 @@ def test_lookup_finds_a_job_after_a_crash(jobs):
 
 
 def test_lookup_of_a_start_that_died_before_it_ran(jobs):
-    from mu.plugins.ssh.job import job_name
+    from mu.plugins.shellhost.job import job_name
 
     # what a start leaves when it dies after its claim, before tmux ran anything
     folder = jobs.server.work / "jobs" / job_name("k6")
@@ -190,7 +190,7 @@ def test_lookup_of_a_start_that_died_before_it_ran(jobs):
 
 
 def test_attach_opens_a_new_view_and_closing_it_leaves_the_job(jobs):
-    from mu.plugins.ssh.job import job_name
+    from mu.plugins.shellhost.job import job_name
 
     jobs.start("k7", spec("sleep 300", {"MU_TEST_PROBE": "k7"}))
     view = jobs.read("job.attach", target=jobs.target("k7"))
@@ -214,7 +214,7 @@ def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path
     # The lines that put mu-demo-agent on the host, run by a real sh in a
     # job's folder, with a `cat` that copies a little and then hangs; the
     # hangup tmux sends when a session is killed reaches the copy there.
-    from mu.plugins.ssh.job import shipped_on_host
+    from mu.plugins.shellhost.job import shipped_on_host
 
     _cmd, setup = shipped_on_host("mu-demo-agent")
     folder = tmp_path / "work" / "jobs" / "j1"

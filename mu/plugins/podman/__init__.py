@@ -7,10 +7,10 @@ job seam (an agent's command in tmux inside the container) and a channel
 (examples/mu-demo-agent's turn files, read and written through exec).
 `--engine docker` drives the docker CLI the same way.
 
-The link, job and channel are mu-plugin-ssh's (`mu.plugins.ssh.link`,
-`job`, `channel`): they run POSIX sh programs on a host through a
+The link, job and channel are the ones mu-plugin-ssh uses too
+(`mu.plugins.shellhost`): they run POSIX sh programs on a host through a
 connection, and this package's connection (`engine.Box`) is `podman exec
--i <container> sh -c ...` where theirs is ssh.  What is the provider's
+-i <container> sh -c ...` where ssh's is a ControlMaster.  What is the provider's
 own: the engine's argv (`engine`), the host seam (`host`), the view, the
 programs a job needs copied into the box, and the reach checks (`main`).
 `bin/mu-plugin-podman` runs `mu.plugins.podman.main`; man page

@@ -12,8 +12,8 @@ What a caller may rely on:
   TMPDIR, XDG_RUNTIME_DIR and CONTAINERS_CONF): the container's monitor
   (podman's conmon) outlives the call by design, and carries none of mu's
   or the user's variables.
-- `Box` is a container as mu-plugin-ssh's link, job and channel see a
-  connection (`mu.plugins.ssh.control.Connection`): `argv` runs a sh
+- `Box` is a container as the shared link, job and channel see a
+  connection (`mu.plugins.shellhost.connection.Connection`): `argv` runs a sh
   program in it through `<engine> exec -i`, `op` runs one and returns its
   stdout's lines, and `git_ssh_command` is git's transport into it.  A
   container that does not exist or does not run is `Permanent` (nothing
@@ -33,7 +33,7 @@ import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from mu import sdk
-from mu.plugins.ssh import runner
+from mu.plugins.shellhost import runner
 
 DEFAULT_WORK = "/mu"
 ENGINES = ("podman", "docker")
@@ -126,6 +126,11 @@ class Box:
         it, through exec; git's ssh options before them are dropped."""
         return ('mu_box() { while [ $# -gt 2 ]; do shift; done; %s exec -i "$1" sh -c "$2"; }; mu_box'
                 % self.options.shell_prefix())
+
+    def broken(self, code: Optional[int], text: str) -> Optional[sdk.PluginError]:
+        """An exec whose end was not seen is never proven not to have run:
+        the engine's own failures share the statuses of the program's."""
+        return None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
            acts: bool = False) -> List[str]:

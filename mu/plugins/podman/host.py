@@ -48,6 +48,7 @@ from typing import Any, Dict, Optional
 
 from mu import sdk
 from mu.plugins.podman.engine import Options, engine_run, first_line
+from mu.plugins.shellhost.job import call_end
 
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
@@ -87,7 +88,7 @@ class HostSeam:
 
         digest = params_digest({"key": key, "params": params.get("params")})
         name = box_name(self.options.instance(), key)
-        end = _end(call, EFFECT_S)
+        end = call_end(call, EFFECT_S)
         found = self._inspect(name, end, call, acts=True)
         if found is not None:
             return _same(found, key, digest)
@@ -126,7 +127,7 @@ class HostSeam:
         key = _key(params)
         name = box_name(self.options.instance(), key)
         try:
-            found = self._inspect(name, _end(call, READ_S), call)
+            found = self._inspect(name, call_end(call, READ_S), call)
         except sdk.PluginError as exc:
             return {"unknown": exc.message}
         if found is None:
@@ -139,7 +140,7 @@ class HostSeam:
     def status(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         name = self._handle(call)
         try:
-            found = self._inspect(name, _end(call, READ_S), call)
+            found = self._inspect(name, call_end(call, READ_S), call)
         except sdk.PluginError as exc:
             return {"state": "unknown", "reason": exc.message}
         if found is None:
@@ -165,7 +166,7 @@ class HostSeam:
         given = self._host_target(call).get("handle")
         if given is not None and given != name:
             raise sdk.Permanent("host %s was not acquired with key %s" % (given, key))
-        end = _end(call, EFFECT_S)
+        end = call_end(call, EFFECT_S)
         self._remove(name, end, call)
         return None
 
@@ -265,13 +266,6 @@ def _key(params: Dict[str, Any]) -> str:
     if not isinstance(key, str) or not key:
         raise sdk.Permanent("the call needs a key")
     return key
-
-
-def _end(call: Any, seconds: float) -> float:
-    end = time.monotonic() + seconds
-    if call.deadline is not None:
-        end = min(end, time.monotonic() + call.deadline / 1000.0 - time.time() - 0.5)
-    return end
 
 
 def _acquire_params(given: Any) -> Dict[str, Any]:

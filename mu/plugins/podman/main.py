@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional
 from mu import sdk
 from mu.plugins.podman import host
 from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
-from mu.plugins.ssh import channel, job, link, remote
+from mu.plugins.shellhost import channel, job, link, remote
 
 USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>]"
          " [--work <dir>] [--name <name>]")
@@ -70,23 +70,20 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
 
     def declaration(self) -> Dict[str, Any]:
         link_seam = dict(link.declaration(), remoteOnTimeout="stopped")
-        job_seam = dict(job.declaration(self.name), kind=KIND)
+        job_seam = job.declaration(KIND, self.name)
         return {"link": link_seam, "job": job_seam, "channel": channel.declaration(self.name),
                 "host": {"acquire": dict(host.KEY_CAPABILITIES)}}
 
-    # -- the connection the SSH seams use ------------------------------------------
+    # -- what the shared seams need (mu.plugins.shellhost.connection.Host) ----------
 
     def _box(self, call: Any) -> Box:
         return self.connections.get(self._handle(call))
 
-    def _connection(self, call: Any, end: float) -> Box:  # link.LinkSeam's
+    def _connection(self, call: Any, end: float) -> Box:
         return self._box(call)
 
-    def _job_connection(self, call: Any, seconds: float) -> "tuple[Box, float]":  # job.JobSeam's
-        return self._box(call), host._end(call, seconds)
-
-    def tmux_socket(self) -> str:
-        return "mu-" + self.options.instance()
+    def _job_connection(self, call: Any, seconds: float) -> "tuple[Box, float]":
+        return self._box(call), job.call_end(call, seconds)
 
     def view(self, conn: Box, key: str) -> Dict[str, Any]:
         """A view of job `key`: its tmux session, attached through `exec -it`."""
@@ -95,7 +92,7 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
         env = {"CONTAINERS_CONF": self.options.containers_conf} if self.options.containers_conf else {}
         return {"command": " ".join(shlex.quote(a) for a in argv), "env": env}
 
-    # -- what differs from the SSH provider -----------------------------------------
+    # -- what differs from the SSH provider's use of the seams ----------------------
 
     @sdk.method("job.start")
     def start_job(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:

@@ -40,7 +40,7 @@ import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from mu import sdk
-from mu.plugins.ssh import runner
+from mu.plugins.shellhost import runner
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -128,6 +128,14 @@ class Connection:
     def git_ssh_command(self) -> str:
         """GIT_SSH_COMMAND: this connection's client, for git's transport."""
         return " ".join(shlex.quote(a) for a in self.client())
+
+    def broken(self, code: Optional[int], text: str) -> Optional[sdk.PluginError]:
+        """ssh's own failure (status 255) when it shows nothing ran: a
+        refused login, a host key, a name that does not resolve."""
+        if code != 255:
+            return None
+        err = failure(text, self.dest, self.options)
+        return err if isinstance(err, (sdk.Human, sdk.Permanent)) else None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
            acts: bool = False) -> List[str]:

@@ -23,16 +23,21 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 from mu import sdk
-from mu.plugins.ssh import channel, job, link
-from mu.plugins.ssh.control import DEFAULT_ALIVE_S, DEFAULT_CONNECT_S, DEFAULT_WORK, Connections, Options
+from mu.plugins.shellhost import channel, job, link, remote
+from mu.plugins.ssh import control
+from mu.plugins.ssh.control import DEFAULT_ALIVE_S, DEFAULT_CONNECT_S, DEFAULT_WORK, Connection, Connections, Options
 
 USAGE = "usage: mu-plugin-ssh [-F <ssh_config>] [--work <dir>] [--alive <s>] [--connect <s>] [--name <name>]"
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")  # mu's plugin names
 VERSION = "0.1.0"
+KIND = "ssh-tmux"
+REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
 
 
 class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
@@ -50,7 +55,57 @@ class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     def declaration(self) -> Dict[str, Any]:
         # the channel is named after the plugin: a channel's name is unique
         # among the registered plugins (protocol "Registration and trust")
-        return {"link": link.declaration(), "job": job.declaration(self.name), "channel": channel.declaration(self.name)}
+        return {"link": link.declaration(), "job": job.declaration(KIND, self.name),
+                "channel": channel.declaration(self.name)}
+
+    # -- what the shared seams need (mu.plugins.shellhost.connection.Host) ----------
+
+    def _connection(self, call: Any, end: float) -> Connection:
+        return self.connections.get(control.destination(call.target), end, call)
+
+    def _job_connection(self, call: Any, seconds: float) -> "tuple[Connection, float]":
+        end = job.call_end(call, seconds)
+        return self._connection(call, end), end
+
+    def view(self, conn: Connection, key: str) -> Dict[str, Any]:
+        """A new view of job `key`: its tmux session, attached over an ssh
+        of the view's own, with the same `-F`, not through the plugin's
+        master (which ends with the plugin; the view must not)."""
+        attach = "tmux -L %s attach-session -t %s" % (shlex.quote(self.tmux_socket()),
+                                                      shlex.quote("=" + job.job_name(key)))
+        argv = ["ssh"] + (["-F", self.options.config] if self.options.config else [])
+        argv += ["-tt", "-o", "ServerAliveInterval=%d" % self.options.alive_s, "--", conn.dest, attach]
+        return {"command": " ".join(shlex.quote(a) for a in argv), "env": {}}
+
+    @sdk.method("link.checkSteps")
+    def check_steps(self, params: Dict[str, Any], call: Any) -> list:
+        """Phase reach: `ssh` (a connection), `git`, `tmux`, `flock` (the
+        channel's lock), `work` (the work folder is writable).  An unknown
+        host key or a refused login is a `human` error: `host check` hands
+        the host back with the remedy."""
+        if params.get("phase") != "reach":
+            return []
+        end = time.monotonic() + 8.0  # inside the read's 10 s
+        try:
+            conn = self._connection(call, end)
+        except sdk.Human:
+            raise  # protocol "The link": a human error is a hand-back
+        except sdk.PluginError as exc:
+            skipped = [{"step": s, "ok": None, "detail": "skipped: no connection"} for s in REACH_STEPS]
+            return [{"step": "ssh", "ok": False, "detail": exc.message}] + skipped
+        steps = [{"step": "ssh", "ok": True, "detail": "connected to %s" % conn.dest}]
+        try:
+            lines = conn.op(remote.REACH, [], end, call)
+        except sdk.Human:
+            raise
+        except sdk.PluginError as exc:
+            return steps + [{"step": "git", "ok": False, "detail": exc.message}]
+        for line in lines:
+            step, _, rest = line.partition(" ")
+            verdict, _, detail = rest.partition(" ")
+            if step in REACH_STEPS:
+                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
+        return steps
 
 
 def parse(argv: List[str]) -> "tuple[Options, str]":

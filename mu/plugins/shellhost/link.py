@@ -1,36 +1,33 @@
-"""The link over ssh (protocol "The link"): exec, fetch, push, checkSteps.
+"""The link (protocol "The link"): exec, fetch and push, on a host reached by a command that runs sh.
 
-Paths on the host: the work folder (`--work`, default `.mu-ssh` under
-the remote $HOME) is the link's login directory: `cwd: "."`, a relative
-`remoteCwd` and a relative `remoteRepo` are read inside it, and an
-absolute path is taken as it is.
+Paths on the host: the work folder (the plugin's, `options.work`) is the
+link's login directory: `cwd: "."`, a relative `remoteCwd` and a relative
+`remoteRepo` are read inside it, and an absolute path is taken as it is.
 
 What a caller may rely on:
 
 - `link.exec` sends the script over stdin to `sh` on the host, in a
   session of its own with stdin from /dev/null.  The plugin enforces
-  `timeoutMs` itself: at the timeout it closes the connection's channel
-  (the host kills the run when it reads that EOF), then proves over ssh
-  that no process of the run is left (found by its token, even one that
-  left the run's group) and only then answers `exitCode: null`: that is
-  `remoteOnTimeout: "stopped"`.  When it cannot prove it (the network is
-  gone), it answers `unknown-outcome` instead, never a null exit code.  A
-  run that ends by itself has what it left behind killed too
-  (`quiescence: "provable"`).  The host also kills the run on its own a
-  few seconds past `timeoutMs`, and as soon as the connection is gone, so
-  a cut network leaves nothing running there either.
+  `timeoutMs` itself: at the timeout it ends the command that carries the
+  run (the host kills the run when it reads that EOF), then proves through
+  the connection that no process of the run is left (found by its token,
+  even one that left the run's group) and only then answers `exitCode:
+  null`: that is `remoteOnTimeout: "stopped"`.  When it cannot prove it
+  (the network is gone), it answers `unknown-outcome` instead, never a
+  null exit code.  A run that ends by itself has what it left behind
+  killed too (`quiescence: "provable"`).  The host also kills the run on
+  its own a few seconds past `timeoutMs`, and as soon as the connection is
+  gone, so a cut network leaves nothing running there either.
 - A run whose end the plugin did not see (the connection broke) is
-  `unknown-outcome`: it may have run.  A failure to connect is typed as
-  in `mu.plugins.ssh.control`: nothing ran.
-- `link.fetch` runs `git fetch` here with git's transport over the same
-  ssh (GIT_SSH_COMMAND), so FETCH_HEAD names the remote HEAD; `link.push`
-  makes the remote repository when it is absent (`git init`), answers at
-  once when it already holds `rev`, else pushes `rev` to `refs/mu/<rev>`
-  (no branch moves).  Both are bounded by `timeoutMs` as exec is.
-- `link.checkSteps`, phase `reach`: `ssh` (a connection), `git`, `tmux`,
-  `flock` (the channel's lock), `work` (the work folder is writable).  An unknown host key or a refused
-  login is a `human` error: `host check` hands the host back with the
-  remedy.
+  `unknown-outcome`: it may have run, unless the connection says it never
+  started (`Connection.broken`: over ssh, a refused login).
+- `link.fetch` runs `git fetch` here with git's transport through the
+  connection (GIT_SSH_COMMAND), so FETCH_HEAD names the remote HEAD;
+  `link.push` makes the remote repository when it is absent (`git init`),
+  answers at once when it already holds `rev`, else pushes `rev` to
+  `refs/mu/<rev>` (no branch moves).  Both are bounded by `timeoutMs` as
+  exec is.
+- `link.checkSteps` is each plugin's own: the first step is its way in.
 """
 
 from __future__ import annotations
@@ -43,8 +40,9 @@ import time
 from typing import Any, Dict, Optional
 
 from mu import sdk
-from mu.plugins.ssh import remote, runner
-from mu.plugins.ssh.control import Connection, Connections, Options
+from mu.plugins.shellhost import remote, runner
+from mu.plugins.shellhost.connection import Connection
+from mu.plugins.shellhost.job import call_end
 
 MAX_SCRIPT_BYTES = 262144  # the script travels over stdin; this keeps a request well inside 1 MiB
 DEFAULT_TIMEOUT_MS = 20000
@@ -52,7 +50,6 @@ BACKSTOP_S = 3  # the host kills a run this long past timeoutMs by itself
 PROOF_S = 4.0  # at most this long to prove a timed-out run gone (inside the protocol's grace)
 CANCEL_PROOF_S = 2.0  # the same after a cancel, inside the SDK's 4 s to end a handler
 OUTPUT_LIMIT = runner.LIMIT
-REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
 REV = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 
 
@@ -60,9 +57,9 @@ def declaration() -> Dict[str, Any]:
     return {
         "fetch": True,
         "push": True,
-        # each invocation's plugin has its own connection; sshd's MaxSessions
-        # is per connection, and the plugin holds its calls under it
-        # (control.SESSIONS)
+        # each invocation's plugin has its own connection; the host's limit
+        # on sessions (sshd's MaxSessions) is per connection, and the plugin
+        # holds its calls under it (Connection.session)
         "slots": "self",
         "remoteOnTimeout": "stopped",
         "quiescence": "provable",
@@ -72,15 +69,8 @@ def declaration() -> Dict[str, Any]:
 
 
 class LinkSeam:
-    """The link's handlers; mixed into the plugin class (`main.SshPlugin`)."""
-
-    options: Options
-    connections: Connections
-
-    def _connection(self, call: Any, end: float) -> Connection:
-        from mu.plugins.ssh.control import destination
-
-        return self.connections.get(destination(call.target), end, call)
+    """The link's handlers, mixed into a plugin class that supplies
+    `connection.Host` (its `_connection`)."""
 
     @sdk.method("link.exec")
     def exec_(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -141,32 +131,6 @@ class LinkSeam:
             ran = runner.run(argv, end=end, cancel=call, env=_git_env(conn), cwd=local)
         return _git_answer(conn, ran, token, call)
 
-    @sdk.method("link.checkSteps")
-    def check_steps(self, params: Dict[str, Any], call: Any) -> list:
-        if params.get("phase") != "reach":
-            return []
-        end = time.monotonic() + 8.0  # inside the read's 10 s
-        try:
-            conn = self._connection(call, end)
-        except sdk.Human:
-            raise  # protocol "The link": a human error is a hand-back
-        except sdk.PluginError as exc:
-            skipped = [{"step": s, "ok": None, "detail": "skipped: no connection"} for s in REACH_STEPS]
-            return [{"step": "ssh", "ok": False, "detail": exc.message}] + skipped
-        steps = [{"step": "ssh", "ok": True, "detail": "connected to %s" % conn.dest}]
-        try:
-            lines = conn.op(remote.REACH, [], end, call)
-        except sdk.Human:
-            raise
-        except sdk.PluginError as exc:
-            return steps + [{"step": "git", "ok": False, "detail": exc.message}]
-        for line in lines:
-            step, _, rest = line.partition(" ")
-            verdict, _, detail = rest.partition(" ")
-            if step in REACH_STEPS:
-                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
-        return steps
-
 
 def _exec_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Dict[str, Any]:
     stdout = ran.out
@@ -181,19 +145,16 @@ def _exec_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Di
         code, _, left = rest.partition(":")
         if what == "exit" and code.isdigit():
             if left:
-                err_text += "\nmu-plugin-ssh: something the script started survived SIGKILL on the host\n"
+                err_text += "\nmu: something the script started survived SIGKILL on the host\n"
             return _answer(int(code), out_text, err_text, partial)
     if ran.ended == "exit":
-        # ssh ended, the run's end was not seen
+        # the command here ended, the run's end was not seen
         text = ran.err.decode("utf-8", "replace")
-        if ran.code == 255:
-            from mu.plugins.ssh.control import failure
-
-            err = failure(text, conn.dest, conn.options)
-            if isinstance(err, (sdk.Human, sdk.Permanent)):
-                raise err
+        err = conn.broken(ran.code, text)
+        if err is not None:
+            raise err  # nothing ran: the connection never started
         raise sdk.UnknownOutcome("the connection to %s broke before the script's end was seen" % conn.dest)
-    # timed out or cancelled: the local ssh is gone, so the host sees EOF
+    # timed out or cancelled: the command here is gone, so the host sees EOF
     # and kills the run; prove it before answering (remoteOnTimeout "stopped")
     # a cancel (mu stops us) leaves the SDK 4 s to answer: a shorter proof
     seconds = PROOF_S if ran.ended == "timeout" else CANCEL_PROOF_S
@@ -222,9 +183,7 @@ def _git_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Dic
 def _prove_gone(conn: Connection, var: str, token: str, leftover: str, call: Any, seconds: float) -> bool:
     """Kill and look for every process carrying `var=token` on the host;
     True only when the host says none is left."""
-    end = time.monotonic() + seconds
-    if call.deadline is not None:
-        end = min(end, time.monotonic() + (call.deadline / 1000.0 - time.time()) - 0.5)
+    end = call_end(call, seconds)
     try:
         lines = conn.op(remote.SWEEP, [var, token, leftover], end)
     except sdk.PluginError:

@@ -1,8 +1,8 @@
-"""The channel over ssh (protocol "The channel"): the demo agent's turn files.
+"""The channel (protocol "The channel"): the demo agent's turn files, on a host reached by a command that runs sh.
 
 The same files as the local provider's channel (docs/local-provider.md,
 "Turn files"), in the job's folder on the host (`<work>/jobs/<k>`, the
-agent's MU_DEMO_AGENT_DIR), read and written over the plugin's connection,
+agent's MU_DEMO_AGENT_DIR), read and written through the plugin's connection,
 so examples/mu-demo-agent runs remotely unchanged.  Reads copy the files
 they need in one round trip.  A delivery is one round trip when the agent
 takes it within the wait (a remote sh program over stdin: under the
@@ -55,8 +55,8 @@ from typing import Any, Dict, List, Optional
 from mu import sdk
 from mu.plugins import demo_turns
 from mu.plugins.demo_turns import FIRST_INCARNATION, is_count, message_file
-from mu.plugins.ssh import remote
-from mu.plugins.ssh.job import job_name, target_key
+from mu.plugins.shellhost import remote
+from mu.plugins.shellhost.job import job_name, target_key
 
 CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "native", "interrupt": "native",
         "fresh": "in-place", "answer": True, "command": True, "watch": "stream", "settleText": "full"}
@@ -241,7 +241,8 @@ def declaration(name: str) -> Dict[str, Any]:
 
 
 class ChannelSeam:
-    """The channel's handlers; mixed into the plugin class (`main.SshPlugin`)."""
+    """The channel's handlers, mixed into a plugin class that supplies
+    `connection.Host` (its `connections` and `_job_connection`)."""
 
     def _folder(self, call: Any, seconds: float):
         key = target_key(call)

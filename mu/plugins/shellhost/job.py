@@ -1,17 +1,18 @@
-"""The job over ssh (protocol "The job"): an agent's command in remote tmux.
+"""The job (protocol "The job"): an agent's command in tmux on a host reached by a command that runs sh.
 
-A job (kind `ssh-tmux`, its channel the plugin's: `mu.plugins.ssh.channel`)
-runs in a tmux session on the host, on a tmux server of the plugin's
-own (`tmux -L mu-ssh-<12 hex of the instance>`), so it outlives mu, the
-view and the connection.  The view is `detached`: `ssh -tt <host> tmux -L
-<socket> attach-session -t =<session>`, with the same `-F` and not through
-the plugin's master (which ends with the plugin; the view must not).
+A job (its kind the plugin's: `ssh-tmux`, `podman-tmux`; its channel the
+plugin's too, `mu.plugins.shellhost.channel`) runs in a tmux session on
+the host, on a tmux server of the plugin's own (`tmux -L mu-<the
+instance>`), so it outlives mu, the view and the connection.  The view is
+`detached`, and the plugin's (`connection.Host.view`): a command that
+attaches to the session by a way of its own (`ssh -tt`, `podman exec
+-it`), never through a connection that ends with the plugin.
 
 The job's folder on the host is `<work>/jobs/<k>` (`k`: `j-` and 24 hex of
 the key's sha256), which is also its `file` handle.  The host is the
 record: a later plugin process, on this machine or another with the same
 config, finds a job by its key there (`job.lookup` after a crash).  See
-`mu.plugins.ssh.remote` for the files and the order they are written in.
+`mu.plugins.shellhost.remote` for the files and the order they are written in.
 
 What a caller may rely on:
 
@@ -45,10 +46,8 @@ import time
 from typing import Any, Dict
 
 from mu import sdk
-from mu.plugins.ssh import remote
-from mu.plugins.ssh.control import Connection, Connections, Options, destination
+from mu.plugins.shellhost import remote
 
-KIND = "ssh-tmux"
 JOB_DIR_VAR = "MU_DEMO_AGENT_DIR"  # where examples/mu-demo-agent keeps its turn files
 EFFECT_S = 30.0  # an effect's own bound, inside mu's MU_EFFECT_TIMEOUT_MS
 READ_S = 8.0  # inside the protocol's 10 s for a read
@@ -97,7 +96,7 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
         raise sdk.Permanent("%s's source holds the here-document marker that copies it" % program)
     name = "%s-%s.py" % (program, hashlib.sha256(source.encode("utf-8")).hexdigest()[:16])
     setup = "\n".join([
-        "# written by mu-plugin-ssh: %s, which this job runs, content-addressed" % program,
+        "# written by mu: %s, which this job runs, content-addressed" % program,
         'B=$(pwd); B=${B%/jobs/*}/bin',
         'if [ ! -f "$B/%s" ]; then' % name,
         # a stop while it copies (tmux's hangup, a TERM) leaves no half copy behind
@@ -114,9 +113,9 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
     return ('python3 "$MU_SHIPPED_PY" ' + rest).rstrip(), setup
 
 
-def declaration(channel: str) -> Dict[str, Any]:
+def declaration(kind: str, channel: str) -> Dict[str, Any]:
     return {
-        "kind": KIND,
+        "kind": kind,
         "channel": channel,
         "view": "detached",
         "handle": "file",
@@ -138,28 +137,21 @@ def job_token(instance: str, key: str) -> str:
     return "ssh-job-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-class JobSeam:
-    """The job's handlers; mixed into the plugin class (`main.SshPlugin`)."""
+def call_end(call: Any, seconds: float) -> float:
+    """The monotonic time a call's work must end by: `seconds` from now,
+    and half a second before the call's own deadline, when it has one."""
+    end = time.monotonic() + seconds
+    if call.deadline is not None:
+        end = min(end, time.monotonic() + call.deadline / 1000.0 - time.time() - 0.5)
+    return end
 
-    options: Options
-    connections: Connections
+
+class JobSeam:
+    """The job's handlers, mixed into a plugin class that supplies
+    `connection.Host` (its `_job_connection` and `view`)."""
 
     def tmux_socket(self) -> str:
         return "mu-" + self.options.instance()
-
-    def _job_connection(self, call: Any, seconds: float) -> "tuple[Connection, float]":
-        end = time.monotonic() + seconds
-        if call.deadline is not None:
-            end = min(end, time.monotonic() + call.deadline / 1000.0 - time.time() - 0.5)
-        return self.connections.get(destination(call.target), end, call), end
-
-    def view(self, conn: Connection, key: str) -> Dict[str, Any]:
-        """A new view of job `key`: its tmux session, attached over a
-        connection of the view's own."""
-        attach = "tmux -L %s attach-session -t %s" % (shlex.quote(self.tmux_socket()), shlex.quote("=" + job_name(key)))
-        argv = ["ssh"] + (["-F", self.options.config] if self.options.config else [])
-        argv += ["-tt", "-o", "ServerAliveInterval=%d" % self.options.alive_s, "--", conn.dest, attach]
-        return {"command": " ".join(shlex.quote(a) for a in argv), "env": {}}
 
     @sdk.method("job.start")
     def start_job(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -289,11 +281,11 @@ def _spec(spec: Any) -> Dict[str, Any]:
     # protocol "The job": mu refuses what a kind does not honour before any
     # call; these refusals only catch a caller that did not
     if spec.get("role", "full-access") != "full-access":
-        raise sdk.Permanent("an ssh job runs with full access only, not %s" % spec.get("role"))
+        raise sdk.Permanent("a job here runs with full access only, not %s" % spec.get("role"))
     if spec.get("sockets"):
-        raise sdk.Permanent("an ssh job does not take sockets")
+        raise sdk.Permanent("a job here does not take sockets")
     if "firstPrompt" in spec:
-        raise sdk.Permanent("an ssh job takes its first prompt on send, not at start")
+        raise sdk.Permanent("a job here takes its first prompt on send, not at start")
     return spec
 
 

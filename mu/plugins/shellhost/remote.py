@@ -4,8 +4,8 @@ Each program is sent as the argument of `sh -c` (so the login shell only
 has to parse one single-quoted word and a few plain ones), with the work
 folder as its first argument; its data (a script, a job's run file) comes
 over stdin.  A program answers on stdout in words the plugin parses
-(`mu.plugins.ssh.link`, `mu.plugins.ssh.job`), never in the exit status,
-which ssh shares with its own failures (255).
+(`link`, `job`, `channel`), never in the exit status, which the command
+that reaches the host shares with its own failures (ssh's 255).
 
 What the host needs: a POSIX sh, `mkdir`, `cat`, `head -c`, `grep -a`,
 `sed`, `mv`; git for fetch and push, tmux for jobs; `setsid` and `/proc`
@@ -231,7 +231,7 @@ def run_file(exports: dict, job_dir_var: str, cwd: str, cmd: str, quote) -> str:
     """The run.sh of a job: its environment, its cwd, its command, and the
     exit status recorded in `exit` (in the job's folder, the session's
     start directory) before the session ends.  `quote` is shlex.quote."""
-    lines = ["# written by mu-plugin-ssh: the job's command, run by its tmux session"]
+    lines = ["# written by mu: the job's command, run by its tmux session"]
     lines.append('J=$(pwd)')
     lines.append('W=${J%/jobs/*}')
     for name, value in exports.items():
