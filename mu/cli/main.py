@@ -62,6 +62,10 @@ GROUPS = {
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.
+# mu's runtime dependencies (setup.cfg's install_requires): import name -> what pip installs
+DEPENDENCIES = {"jsonschema": "jsonschema", "psutil": "psutil", "filelock": "filelock", "yaml": "PyYAML",
+                "docopt": "docopt-ng"}
+
 HELP_USAGE = """Usage:
   mu help [<verb>]
 
@@ -253,6 +257,13 @@ def answer_at_once(argv: List[str]) -> Optional[int]:
     return 0
 
 
+def _missing_dependency(e: BaseException) -> Optional[str]:
+    """What pip installs for the runtime dependency `e` says is missing, if it is one."""
+    if isinstance(e, ModuleNotFoundError):
+        return DEPENDENCIES.get((e.name or "").split(".")[0])
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _stand_in_for_closed_streams()
@@ -287,11 +298,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokenPipeError:
         code = 0  # the reader went away (`mu log | head`): not an error
         _quiet_stdout()
-    except Exception:
-        import traceback
+    except Exception as e:
+        missing = _missing_dependency(e)
+        if missing is not None:
+            # not a bug: the interpreter running mu lacks what setup.cfg installs
+            error(f"the Python package {missing} is not installed for {sys.executable}",
+                  f"install mu's dependencies: {sys.executable} -m pip install {' '.join(DEPENDENCIES.values())}")
+        else:
+            import traceback
 
-        traceback.print_exc()
-        error("internal error: the traceback above is a bug in mu")
+            traceback.print_exc()
+            error("internal error: the traceback above is a bug in mu")
         if supervisor is not None:
             supervisor.crash()
         code = EXIT_INTERNAL
