@@ -186,8 +186,8 @@ def task_add(workstream: str, title: str, brief: Optional[str] = None, *, impact
              effort: Union[float, str, None] = None, blocked_by: Sequence[str] = ()) -> Task:
     """Record a task for `workstream`, blocked by each of `blocked_by`;
     its id is its title's slug (made unique with a `-<n>`).  `UsageError`
-    (2) for a bad workstream name, an empty title, an impact outside
-    1-100 or an effort not above 0; `Refused` (2) for a blocker of another
+    (2) for a bad workstream name, a title that is empty, not one line or
+    over 200 characters, an impact outside 1-100 or an effort not above 0; `Refused` (2) for a blocker of another
     workstream; `NotFound` (2) for an unknown blocker."""
     impact = task_rules.check_impact(None if impact is None else str(impact))
     effort = task_rules.check_effort(None if effort is None else str(effort))

@@ -92,6 +92,10 @@ def test_ids_are_slugs_edges_refuse_a_cycle_and_next_ranks_by_value(isolated):
     assert "1 to 100" in refused("task", "add", "web", "x", "--impact", "101")
     assert "above 0" in refused("task", "add", "web", "x", "--effort", "0")
     assert "no status" in refused("task", "list", "--status", "done")
+    # a title is one line of at most 200 characters, with no control character
+    for title in ("two\nlines", "a \x1b[2J clear", "tab\there", "x" * 201):
+        assert "put the details in --brief" in run_mu("task", "add", "web", title).stderr
+        refused("task", "add", "web", title)
     assert graph(isolated) == before
     # a longer cycle through a third task
     mu_ok("task", "block", "docs", "--by", "write-the-api")
@@ -114,6 +118,7 @@ def test_ids_are_slugs_edges_refuse_a_cycle_and_next_ranks_by_value(isolated):
     mu_ok("task", "release", "design-the-schema", "--reopen")
     mu_ok("task", "reject", "design-the-schema", "--cascade")
     assert "write-the-api" not in [t["id"] for t in json.loads(mu_ok("task", "list", "--status", "open", "--json"))]
+    assert mu_ok("task", "add", "ops", "é" * 200, "--brief", "two\nlines are fine here")
     consistent(isolated)
 
 

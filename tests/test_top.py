@@ -8,6 +8,7 @@ terminal as it was, with no process left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -63,6 +64,33 @@ def test_once_prints_one_frame_with_the_turns_texts_and_questions(crew):
     assert "keys:" not in text  # a frame for scripts, not a screen
     other = run_mu("top", "--once", "--workstream", "elsewhere").stdout
     assert "w/a" not in other and "0 agents" in other
+
+
+def test_what_an_agent_or_a_task_says_is_shown_never_obeyed(crew):
+    # An escape sequence that would retitle the terminal and one that
+    # would recolour it, and a carriage return that would hide what came
+    # before: written out in every human view, raw in none.
+    hostile = "hi \x1b]0;pwned\x07 \x1b[31mred \x9b2J\rhidden"
+    shown = "hi \\x1b]0;pwned\\x07 \\x1b[31mred \\x9b2J"  # the demo agent's last text ends at the CR
+    assert run_mu("send", "w/a", hostile).returncode == 0
+    waited = run_mu("wait", "w/a", "--timeout", "20")
+    assert waited.returncode == 0, waited.stderr
+    task = run_mu("task", "add", "w", "tidy").stdout.strip()
+    assert run_mu("task", "note", task, hostile).returncode == 0
+    views = {
+        "wait": waited.stdout,
+        "state": run_mu("state").stdout,
+        "top": run_mu("top", "--once", env={"COLUMNS": "300"}).stdout,
+        "agent show": run_mu("agent", "show", "w/a").stdout,
+        "task show": run_mu("task", "show", task).stdout,
+    }
+    for view, text in views.items():
+        assert view == "state" or shown in text, (view, text)  # state shows no agent's text
+        assert not any(c in text for c in "\x1b\x07\r\x9b"), (view, text)
+    assert shown + "\\x0dhidden" in views["task show"]
+    # --json keeps the text itself: JSON escapes it
+    story = json.loads(run_mu("task", "show", task, "--json").stdout)
+    assert hostile in [event.get("text") for event in story["events"]], story
 
 
 def test_top_without_a_terminal_and_a_bad_workstream_are_one_line(isolated):

@@ -96,6 +96,23 @@ def check_status(status: str) -> str:
     return status
 
 
+TITLE_MAX = 200  # characters: a title is a table's cell; the details go in the brief
+
+
+def _check_title(title: Optional[str]) -> str:
+    """A title is one line of at most TITLE_MAX characters, with no control
+    character: it is shown in tables, `mu state` and `mu top`, where a
+    newline would break the layout and an escape sequence would act on the
+    terminal of whoever reads it (an agent may add tasks)."""
+    title = _check_text(title, "a task's title")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in title):
+        raise UsageError("a task's title is one line without control characters", "put the details in --brief")
+    if len(title) > TITLE_MAX:
+        raise UsageError(f"a task's title is at most {TITLE_MAX} characters, not {len(title)}",
+                         "put the details in --brief")
+    return title
+
+
 def _check_text(text: Optional[str], what: str) -> str:
     if text is None or not text.strip():
         raise UsageError(f"{what} cannot be empty")
@@ -137,7 +154,7 @@ def _link(conn: sqlite3.Connection, task: Task, blocker_id: str, actor: str) -> 
 def add(workstream: str, title: str, brief: Optional[str] = None, impact: Optional[int] = None,
         effort: Optional[float] = None, blocked_by: Sequence[str] = ()) -> Task:
     check_workstream(workstream)
-    _check_text(title, "a task's title")
+    _check_title(title)
     if brief is not None and "\0" in brief:
         raise UsageError("a brief cannot hold a NUL character")
     actor = who()

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
-from mu.cli.output import emit, emit_json, iso_ms
+from mu.cli.output import emit, emit_json, iso_ms, visible
 from mu.errors import UsageError
 
 TYPE_CHECKING = False
@@ -101,7 +101,7 @@ def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
     last_id = None
     while True:
         for entry in entries:
-            sys.stdout.write((json.dumps(entry.as_json()) if as_json else _line(entry)) + "\n")
+            sys.stdout.write((json.dumps(entry.as_json()) if as_json else visible(_line(entry))) + "\n")
             last_id = entry.id
         sys.stdout.flush()
         time.sleep(FOLLOW_POLL_S)

@@ -3,6 +3,16 @@
 `--json` output is one JSON document on stdout and nothing else there;
 errors are one line `mu: <what went wrong>` on stderr, with at most one
 line of remedy in parentheses after it.
+
+Human text, errors too, passes through `visible` (a table's cells, and
+`mu top`'s lines, through `one_line`): what an agent, a plugin or a
+task's author wrote is shown, never obeyed.  A control character (an
+escape sequence's ESC, a carriage return, a C1 code) is written out as a
+backslash, `x` and two hex digits, so no text mu shows can move the
+cursor, recolour or retitle the terminal, or hide what is before it.
+`--json` needs none of it: JSON escapes control characters itself.  The
+output of a script `mu host exec` runs is the script's, passed through
+as it is.
 """
 
 from __future__ import annotations
@@ -20,14 +30,30 @@ def emit_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 
 
+# every C0 control, DEL and every C1 control, written out as backslash-x-NN;
+# `visible` keeps newlines and tabs, `one_line` does not
+_ONE_LINE = {c: "\\x%02x" % c for c in [*range(0x20), *range(0x7F, 0xA0)]}
+_LINES = {c: shown for c, shown in _ONE_LINE.items() if c not in (0x09, 0x0A)}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters written out, newlines and tabs kept."""
+    return text.translate(_LINES)
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character written out, newlines too."""
+    return text.translate(_ONE_LINE)
+
+
 def emit(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(visible(text) + "\n")
 
 
 def error(message: str, hint: Optional[str] = None) -> None:
-    sys.stderr.write(f"mu: {message}\n")
+    sys.stderr.write(f"mu: {visible(message)}\n")
     if hint:
-        sys.stderr.write(f"({hint})\n")
+        sys.stderr.write(f"({visible(hint)})\n")
 
 
 def iso_ms(epoch_ms: int) -> str:
@@ -39,7 +65,7 @@ def iso_ms(epoch_ms: int) -> str:
 
 def table(rows: list, headers: list) -> None:
     """Columns padded to their widest cell; the last column is not padded."""
-    cells = [headers] + [[str(c) for c in row] for row in rows]
+    cells = [headers] + [[one_line(str(c)) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for row in cells:
         parts = [c.ljust(widths[i]) for i, c in enumerate(row[:-1])] + [row[-1]]

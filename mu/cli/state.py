@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from mu.agents import state as stating
-from mu.cli.output import iso_ms
+from mu.cli.output import iso_ms, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def run(args: Dict[str, Any]) -> int:
     # mu.agents.state directly rather than through mu.api: a glance at
     # thousands of agents must not pay for importing every verb's machinery
     if not args["--json"]:
-        sys.stdout.write(text(stating.state()))  # one write: thousands of lines cost one call
+        sys.stdout.write(visible(text(stating.state())))  # one write: thousands of lines cost one call
         return 0
     import json  # here: the text never needs it
 

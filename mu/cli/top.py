@@ -25,6 +25,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu.agents import crew
 from mu.agents.crew import AgentRow, Frame
+from mu.cli.output import one_line
 
 KEYS = "keys: ↑↓ move  enter open  w workstream  r read again  q quit"
 REDRAW_S = 0.1  # the screen's refresh, and how long a key waits
@@ -280,6 +281,9 @@ def _fit_panels(panels: List["tuple[str, List[str]]"], room: Optional[int]) -> L
 
 
 def _fit(line: str, width: int) -> str:
+    """One line of the screen: its control characters written out (an
+    agent's text is shown, never obeyed), cut to `width`."""
+    line = one_line(line)
     return line if len(line) <= width else line[:max(0, width - 1)] + "…"
 
 

@@ -24,7 +24,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from mu import api
-from mu.cli.output import emit, emit_json, iso_ms
+from mu.cli.output import emit, emit_json, error, iso_ms
 from mu.errors import UsageError
 
 
@@ -53,9 +53,8 @@ def run(args: Dict[str, Any]) -> int:
     collected = result.collected or {}
     if collected and not collected.get("ok"):
         # the event stands (its exit code too); the collect after it is told apart
-        print(f"mu: the collect after the event did not move the branch of {result.agent}: {collected.get('error')}",
-              file=sys.stderr)
-        print(f"(`mu collect {result.agent}` tries again and says what to run)", file=sys.stderr)
+        error(f"the collect after the event did not move the branch of {result.agent}: {collected.get('error')}",
+              f"`mu collect {result.agent}` tries again and says what to run")
     return result.exit_code
 
 
