@@ -148,12 +148,7 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
         except sdk.PluginError as exc:
             return [{"step": "engine", "ok": False, "detail": exc.message}] + skipped
         steps = [{"step": "engine", "ok": True, "detail": "%s runs container %s" % (self.options.engine, box.dest)}]
-        for line in lines:
-            step, _, rest = line.partition(" ")
-            verdict, _, detail = rest.partition(" ")
-            if step in REACH_STEPS:
-                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
-        return steps
+        return steps + link.reach_steps(lines, REACH_STEPS)
 
 
 def parse(argv: List[str]) -> "tuple[Options, str]":

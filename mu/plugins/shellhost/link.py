@@ -37,7 +37,7 @@ import re
 import secrets
 import shlex
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from mu import sdk
 from mu.plugins.shellhost import remote, runner
@@ -130,6 +130,19 @@ class LinkSeam:
         with conn.session(end, call):
             ran = runner.run(argv, end=end, cancel=call, env=_git_env(conn), cwd=local)
         return _git_answer(conn, ran, token, call)
+
+
+def reach_steps(lines: List[str], names: Sequence[str]) -> List[Dict[str, Any]]:
+    """The steps of `link.checkSteps` the host's reach program (`remote.REACH`,
+    or a plugin's longer one) printed, one `<step> ok|fail <detail>` line
+    each; only the steps in `names`."""
+    steps = []
+    for line in lines:
+        step, _, rest = line.partition(" ")
+        verdict, _, detail = rest.partition(" ")
+        if step in names:
+            steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
+    return steps
 
 
 def _exec_answer(conn: Connection, ran: runner.Ran, token: str, call: Any) -> Dict[str, Any]:

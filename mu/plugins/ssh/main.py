@@ -100,12 +100,7 @@ class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
             raise
         except sdk.PluginError as exc:
             return steps + [{"step": "git", "ok": False, "detail": exc.message}]
-        for line in lines:
-            step, _, rest = line.partition(" ")
-            verdict, _, detail = rest.partition(" ")
-            if step in REACH_STEPS:
-                steps.append({"step": step, "ok": verdict == "ok", "detail": detail})
-        return steps
+        return steps + link.reach_steps(lines, REACH_STEPS)
 
 
 def parse(argv: List[str]) -> "tuple[Options, str]":
