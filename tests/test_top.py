@@ -89,8 +89,9 @@ def test_what_an_agent_or_a_task_says_is_shown_never_obeyed(crew):
         assert not any(c in text for c in "\x1b\x07\r\x9b"), (view, text)
     assert shown + "\\x0dhidden" in views["task show"]
     # --json keeps the text itself: JSON escapes it
-    story = json.loads(run_mu("task", "show", task, "--json").stdout)
-    assert hostile in [event.get("text") for event in story["events"]], story
+    as_json = run_mu("task", "show", task, "--json").stdout
+    assert not any(c in as_json for c in "\x1b\x07\r\x9b"), as_json  # JSON escapes all of them
+    assert hostile in [event.get("text") for event in json.loads(as_json)["events"]]
 
 
 def test_top_without_a_terminal_and_a_bad_workstream_are_one_line(isolated):

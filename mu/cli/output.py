@@ -10,9 +10,9 @@ task's author wrote is shown, never obeyed.  A control character (an
 escape sequence's ESC, a carriage return, a C1 code) is written out as a
 backslash, `x` and two hex digits, so no text mu shows can move the
 cursor, recolour or retitle the terminal, or hide what is before it.
-`--json` needs none of it: JSON escapes control characters itself.  The
-output of a script `mu host exec` runs is the script's, passed through
-as it is.
+`--json` needs little: JSON escapes C0 controls itself, and `json_safe`
+escapes the C1 ones it leaves.  The output of a script `mu host exec`
+runs is the script's, passed through as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +27,18 @@ if TYPE_CHECKING:
 def emit_json(document: Any) -> None:
     import json  # where it is used: a verb that prints text never needs it
 
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_safe(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)) + "\n")
+
+
+# JSON escapes C0 controls itself but may write C1 ones (U+0080 to U+009F)
+# raw, which a terminal can take for an escape sequence's start
+_C1_ESCAPED = {c: "\\u%04x" % c for c in range(0x80, 0xA0)}
+
+
+def json_safe(text: str) -> str:
+    """JSON text (`json.dumps` with ensure_ascii=False) with its C1
+    characters escaped as JSON escapes (the same document, safe to print)."""
+    return text.translate(_C1_ESCAPED)
 
 
 # every C0 control, DEL and every C1 control, written out as backslash-x-NN;

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from mu.agents import state as stating
-from mu.cli.output import iso_ms, visible
+from mu.cli.output import iso_ms, json_safe, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def run(args: Dict[str, Any]) -> int:
     # one document on one line: json's C encoder serves no indent, and over
     # thousands of agents the pure-Python one that does costs more than
     # everything else `mu state` does
-    sys.stdout.write(json.dumps(stating.state().as_json(), ensure_ascii=False) + "\n")
+    sys.stdout.write(json_safe(json.dumps(stating.state().as_json(), ensure_ascii=False)) + "\n")
     return 0
 
 
