@@ -257,6 +257,15 @@ def test_tail_reaches_back_past_the_screen(views):
     assert lines == [f"line-{i}" for i in range(201, 301)]
 
 
+def test_tail_shows_a_panes_text_not_its_terminal_codes(views):
+    # colours, a window title and a hidden cursor, as a harness's TUI prints
+    # them: the text is what both backends read back
+    ref = views.open("ws", "a", r"printf '\033[1;32mgreen\033[0m plain\n\033]0;a title\007after\033[?25lend\n';"
+                                " exec sleep 300")
+    wait_for(lambda: "end" in tail(ref, 5), what="the output")
+    assert [line.rstrip() for line in tail(ref, 5).splitlines() if line.strip()][-2:] == ["green plain", "afterend"]
+
+
 def test_a_view_outlives_the_process_that_opened_it(views):
     ref = views.adopt(open_elsewhere(views.backend.name, "ws", "a", "exec sleep 300"))
     assert alive(ref)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shlex
 import subprocess
@@ -36,6 +37,10 @@ from mu.runtime import groups, identity
 
 # The most of a log `tail` reads back from its end.
 TAIL_BYTES = 4 << 20
+# What a terminal acts on rather than shows: CSI sequences (colours, cursor
+# moves), OSC strings (a window title), and two-character escapes.  `tail`
+# leaves them out, as tmux's capture of a pane's text does.
+TERMINAL_CODES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]")
 
 
 def log_path(workstream: str, name: str, environ: Optional[Dict[str, str]] = None) -> str:
@@ -122,7 +127,8 @@ class HeadlessPanes(PaneBackend):
             return ""
         except OSError as exc:
             raise PaneError(f"the log of {ref.agent} cannot be read: {ref.where['log']}: {exc.strerror}") from None
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+        text = TERMINAL_CODES.sub("", data.decode("utf-8", "replace"))
+        return "\n".join(text.splitlines()[-lines:])
 
     def attach_hint(self, ref: PaneRef) -> str:
         self._check(ref)
