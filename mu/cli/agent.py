@@ -16,7 +16,7 @@ Options:
   --role <role>       full-access or read-only [default: full-access].
   --command <cmd>     The agent's command line.
   --env <k=v>         A variable of the agent's environment; repeatable.
-  --send <text>       The agent's first prompt.
+  --send <text>       The agent's first prompt (- reads it from standard input).
   --task <id>         A task to claim, its brief the first prompt.
   -n <lines>          How many lines of the pane's tail [default: 40].
   --json              Print one JSON document on stdout and nothing else there.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from mu.cli.lazy import Lazy
-from mu.cli.options import parse_params
+from mu.cli.options import parse_params, text_or_stdin
 from mu.cli.output import commits_held, emit, emit_json, table
 from mu.errors import UnknownOutcome, UsageError
 
@@ -60,9 +60,10 @@ def _env(pairs) -> Dict[str, str]:
 def verb_spawn(args: Dict[str, Any]) -> int:
     if args["--from"] is not None and not args["--worktree"]:
         raise UsageError("--from goes with --worktree")
+    send = None if args["--send"] is None else text_or_stdin(args["--send"], "--send")
     spawned = api.agent_spawn(
         args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
-        role=args["--role"], worktree=bool(args["--worktree"]), send=args["--send"], task=args["--task"],
+        role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],
         from_rev=args["--from"],
     )
     info = spawned.agent

@@ -25,6 +25,26 @@ def check_texts(args: Mapping[str, Any]) -> None:
             text.check_value(value, key)
 
 
+STDIN = "-"  # as a message's text: read it from standard input
+
+
+def text_or_stdin(value: str, where: str) -> str:
+    """A message's text as given, or, when it is `-`, all of standard
+    input (for a text longer than a command line's word may be, 128 KiB on
+    Linux), as it is: UTF-8, a trailing newline kept.  Text that is not
+    UTF-8 is a `UsageError` (exit 2) naming `where`, read before anything
+    is written."""
+    if value != STDIN:
+        return value
+    import sys
+
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} read from standard input is not valid UTF-8") from None
+
+
 def parse_params(pairs: List[str], option: str = "--param") -> Dict[str, str]:
     """`<option> <key>=<value>`, repeatable, into a map; a pair without `=`
     or a key given twice is a `UsageError` (exit 2)."""

@@ -7,8 +7,9 @@ Usage:
   mu answer <agent> <key>... [--force] [--json]
 
 Each delivers exactly once: a msgId and an intent record before the call.
-Exit 0 prints the msgId and the baseline (the turn count `mu wait` counts
-from); exit 1 means the outcome is unknown, and names the msgId that
+A <text> of - is read from standard input, all of it (for a text longer
+than a command line takes).  Exit 0 prints the msgId and the baseline
+(the turn count `mu wait` counts from); exit 1 means the outcome is unknown, and names the msgId that
 `mu agent check <agent> <msgId>` (or the next delivery to the agent)
 resolves.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from mu import api
+from mu.cli.options import text_or_stdin
 from mu.cli.output import emit, emit_json
 from mu.errors import UsageError
 
@@ -34,12 +36,12 @@ VERBS = ("send", "command", "interrupt", "abort", "answer")
 def run(args: Dict[str, Any]) -> int:
     agent = args["<agent>"]
     if args["send"]:
-        done = api.send(agent, args["<text>"], steer=bool(args["--steer"]), fresh=bool(args["--fresh"]),
+        done = api.send(agent, text_or_stdin(args["<text>"], "<text>"), steer=bool(args["--steer"]), fresh=bool(args["--fresh"]),
                         force=bool(args["--force"]))
     elif args["command"]:
         done = api.command(agent, args["<name>"], args["--instructions"], force=bool(args["--force"]))
     elif args["interrupt"]:
-        done = api.interrupt(agent, args["<text>"])
+        done = api.interrupt(agent, text_or_stdin(args["<text>"], "<text>"))
     elif args["abort"]:
         done = api.abort(agent)
     elif args["answer"]:
