@@ -143,6 +143,7 @@ class PluginProcess:
         self._reap_lock = threading.Lock()
         self._stopped = threading.Event()
         self._leader_gone = threading.Event()  # the leader exited and was reaped
+        self._stderr_ended = threading.Event()  # its stderr was read to EOF
         self._leader_exited = False
         self._grace: Optional[Deadline] = None  # set once the stop sequence has begun
 
@@ -442,6 +443,7 @@ class PluginProcess:
             self._on_leader_exit()
             return
         if self.state is RUNNING:
+            # its leader lives, so its stderr may never end: what was read so far
             self.endpoint.fail_all(Unanswered(f"plugin {self.name} closed its stdout", detail=self.first_stderr_line()))
             self.stop("its stdout closed")
 
@@ -458,6 +460,7 @@ class PluginProcess:
             # readable forever at EOF: out of the reactor's set (it stays
             # known to the reactor until the stop removes it)
             reactor().drop(self._stderr_fd)
+            self._stderr_ended.set()
 
     def _on_pidfd(self) -> None:
         reactor().drop(self._pidfd)  # readable for good once its process exited
@@ -490,8 +493,18 @@ class PluginProcess:
         self._leader_done()
         if self.state is RUNNING:
             status = self._popen.returncode if self._popen is not None else None
-            self.endpoint.fail_all(Unanswered(f"plugin {self.name} exited with status {status}", detail=self.first_stderr_line()))
+            self.endpoint.fail_all(Unanswered(f"plugin {self.name} exited with status {status}",
+                                              detail=self._last_words()))
             self._stop_in_background("its leader exited")
+
+    def _last_words(self) -> str:
+        """The first line of stderr, once the reactor has read what a plugin
+        that ended wrote there: its stdout's end and its exit can be seen
+        before its stderr's (its group is dead, so the end comes at once,
+        unless an escapee holds the pipe: then after EXIT_DRAIN_S).  Never
+        on the reactor's thread, which is the one that reads it."""
+        self._stderr_ended.wait(EXIT_DRAIN_S)
+        return self.first_stderr_line()
 
     def _leader_done(self) -> bool:
         """Whether the leader has exited; if it just did, kill what is left
