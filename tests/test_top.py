@@ -229,7 +229,8 @@ def test_a_settle_reaches_the_frame_through_its_watch_between_full_reads(crew, m
             return row.runs == before["w/a"] + 1 and "seen through the watch" in row.last_line
 
         wait_for(shown, timeout=30, what="the settle in the newest frame")
-        assert "w/a" in live._watches  # watched again, past its new runs
+        # watched again, past its new runs (the row is put in the frame first)
+        wait_for(lambda: "w/a" in live._watches, timeout=30, what="w/a watched again")
     finally:
         live.stop()
 
