@@ -26,9 +26,10 @@ plugin started outside it.  A `GroupWatcher` proves that, and cleans up:
   process, not the plugin's helper, and a detached one leaves the plugin's
   group by design (protocol "The job").  It is never recorded nor killed
   here; the job checks stop it through the plugin and prove it gone;
-- a process that has begun to exit is judged on a later poll, never on
-  the empty environment it shows on its way out (a job's wrapper that
-  just ended would look like a helper with no marker).
+- an environment read as empty is judged on a later poll: a process on
+  its way out, or inside an exec, shows an empty one for a moment (a
+  job's wrapper that just ended, or a job's command starting, would look
+  like a helper with no marker); one that stays empty is what it is.
 
 A poll walks the whole process table, so the pause between polls grows
 with what a poll costs (a plugin that forks a thousand children must not
@@ -83,6 +84,7 @@ class GroupWatcher:
         self._before = {p.pid for p in psutil.Process(self._me).children()}
         self._env_seen: Set[int] = set()
         self._unexplained: Dict[int, float] = {}  # children of ours that look orphaned -> since when
+        self._empty: Set[int] = set()  # read with an empty environment on the last poll
         self._lineage: Set[int] = set()  # every pid seen among a leader's descendants
         self._marker = marker  # "MU_PLUGIN_CANARY=<canary>": what every plugin process inherits
         self._argv = argv  # the plugin's: the runtime's processes of another plugin are not watched
@@ -184,6 +186,7 @@ class GroupWatcher:
             children.setdefault(ppid, []).append(pid)
         plugin_groups = set(leaders.values())
         suspects: List[Tuple[int, str]] = []
+        empty: Set[int] = set()  # read with an empty environment on this poll
         for leader, pgid in leaders.items():
             if leader in table:
                 self._check_env(leader)
@@ -193,9 +196,9 @@ class GroupWatcher:
                 self._check_env(pid)
                 if group == pgid:
                     continue
-                environ = _environ(pid)
-                if _exiting(pid):
-                    continue  # what was read may be nothing: the next poll decides
+                environ = self._settled_environ(pid, empty, final)
+                if environ is None:
+                    continue  # nothing can be told of it yet: the next poll decides
                 if not _carries_any(environ, jobs):
                     suspects.append((pid, "started by the plugin"))
         unexplained: Dict[int, float] = {}
@@ -209,9 +212,9 @@ class GroupWatcher:
             since = unexplained[pid] = self._unexplained.get(pid, now)
             if not final and now - since < ADOPTION_GRACE_S:
                 continue  # it may be a leader the supervisor has not adopted yet
-            environ = _environ(pid)
-            if _exiting(pid):
-                continue  # a job that just ended, say: what was read may be nothing, the next poll decides
+            environ = self._settled_environ(pid, empty, final)
+            if environ is None:
+                continue  # a job that just ended, say: the next poll decides
             if pid not in self._lineage and not _carries_any(environ, [self._marker]):
                 continue  # not proven the plugin's: an embedding program's own child
             if _carries_any(environ, jobs):
@@ -219,20 +222,36 @@ class GroupWatcher:
             suspects.append((pid, "re-parented to mu after its parent exited"))
             suspects.extend((d, "started by a process outside the group") for d in _descendants(pid, children))
         self._unexplained = unexplained
+        self._empty = empty
         for pid, how in suspects:
             self._record_and_kill(pid, table[pid][0], how)
+
+    def _settled_environ(self, pid: int, empty: Set[int], final: bool) -> Optional[bytes]:
+        """`pid`'s environment, or None while it cannot be trusted.  An
+        empty read is one of three things: a process on its way out (its
+        memory released before it is a zombie), one inside an exec (for a
+        moment its new image has no environment yet), or one whose
+        environment is empty.  Only the last stays so: an empty read counts
+        when the poll before read it empty too (the final poll, which has
+        no next one, takes it at once), and never while the process exits."""
+        environ = _environ(pid)
+        if environ:
+            return environ
+        if _exiting(pid):
+            return None
+        empty.add(pid)
+        return environ if final or pid in self._empty else None
 
     def _check_env(self, pid: int) -> None:
         if not self._local_only:
             return
         if pid in self._env_seen:
             return
+        environ = _environ(pid)
+        if not environ:
+            return  # gone, on its way out or inside an exec: read again at the next poll
         self._env_seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                names = {entry.split(b"=", 1)[0].decode("utf-8", "replace") for entry in f.read().split(b"\0") if entry}
-        except OSError:
-            return
+        names = {entry.split(b"=", 1)[0].decode("utf-8", "replace") for entry in environ.split(b"\0") if entry}
         found = sorted(names & self._local_only)
         if found:
             self.env_leaks.append(f"pid {pid} has {', '.join(found)} in its environment")
@@ -279,10 +298,8 @@ PF_EXITING = 0x4  # linux/sched.h: the process has begun to exit
 def _exiting(pid: int) -> bool:
     """Is `pid` gone, or on its way out?  A process that has begun to exit
     releases its memory before it becomes a zombie, so its environment
-    reads as empty for a moment (a job's wrapper closing its pty can
-    stretch that): nothing can be told of it from there, and the next poll
-    finds it a zombie or gone.  Ask after reading the environment: if it
-    had not begun to exit then, what was read is what it carries."""
+    reads as empty until it is reaped (a job's wrapper closing its pty can
+    stretch that over several polls)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
