@@ -257,6 +257,32 @@ def test_only_the_first_stderr_line_is_kept_cut_to_400(fake, knobs):
     assert "e" * 400 in caught.value.detail and "eeee" not in caught.value.message
 
 
+def test_a_plugin_that_ends_before_the_handshake_is_written_is_refused_as_one_that_exits_during_it(
+        plugin_dir, monkeypatch):
+    # A crash on import can beat mu's first request: the handshake is held
+    # back here until the plugin has ended, and the outcome must be the one
+    # of an exit while the request waited (exit 4, its status, stderr's
+    # first line), not a request "not sent" (exit 5).
+    from mu.runtime.client import PluginClient as Client
+    from mu.runtime.process import RUNNING
+
+    script = plugin_dir / "mu-plugin-early"
+    script.write_text("#!/bin/sh\necho 'ImportError: no module named nothing' >&2\nexit 3\n")
+    script.chmod(0o755)
+    handshake = Client._handshake
+
+    def late(self, process):
+        wait_for(lambda: process.state is not RUNNING, what="the plugin to end first")
+        return handshake(self, process)
+
+    monkeypatch.setattr(Client, "_handshake", late)
+    with pytest.raises(LoadRuleError) as caught:
+        client_for(script, "early").started()
+    assert caught.value.exit_code == 4
+    assert caught.value.message == "plugin early did not answer the handshake: it exited with status 3"
+    assert caught.value.detail == "ImportError: no module named nothing"
+
+
 def test_plugins_do_not_inherit_each_others_pipes(plugin_dir, knobs):
     knobs()
     a = client_for(fake_as(plugin_dir, "a"), "a")

@@ -115,7 +115,13 @@ class PluginClient:
     def _handshake(self, process: PluginProcess) -> Dict[str, Any]:
         params = {"protocol": PROTOCOL_RANGE, "mu": mu.__version__}
         try:
-            result = process.request("initialize", params, Deadline.after(READ_TIMEOUT_S))
+            try:
+                result = process.request("initialize", params, Deadline.after(READ_TIMEOUT_S))
+            except Cancelled as e:
+                # not written because the plugin had already ended (a crash
+                # on import can beat the first request): the same outcome as
+                # an end while the request waited
+                raise process.ended_on_its_own() or e from None
         except Unanswered as e:
             # protocol "Handshake": no result within 10 s, an exit, or an
             # invalid line first.  Only stderr's first line is in `e.detail`.

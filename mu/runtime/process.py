@@ -497,6 +497,21 @@ class PluginProcess:
                                               detail=self._last_words()))
             self._stop_in_background("its leader exited")
 
+    def ended_on_its_own(self) -> Optional[Unanswered]:
+        """For a request that could not be written because the plugin is no
+        longer running: the `Unanswered` a pending call got when it ended on
+        its own (it exited, or broke the protocol), so the caller reports
+        the same outcome whichever came first, its end or the write.  None
+        when mu ended it (a stop, a signal) or it still runs."""
+        if self.state is RUNNING or supervisor.terminating:
+            return None
+        if self.broken is not None:
+            return Unanswered(f"plugin {self.name} broke the protocol: {self.broken}")
+        if self._leader_exited:
+            status = self._popen.returncode if self._popen is not None else None
+            return Unanswered(f"plugin {self.name} exited with status {status}", detail=self._last_words())
+        return None
+
     def _last_words(self) -> str:
         """The first line of stderr, once the reactor has read what a plugin
         that ended wrote there: its stdout's end and its exit can be seen
