@@ -492,9 +492,7 @@ class PluginProcess:
     def _on_leader_exit(self) -> None:
         self._leader_done()
         if self.state is RUNNING:
-            status = self._popen.returncode if self._popen is not None else None
-            self.endpoint.fail_all(Unanswered(f"plugin {self.name} exited with status {status}",
-                                              detail=self._last_words()))
+            self.endpoint.fail_all(self._exited())
             self._stop_in_background("its leader exited")
 
     def ended_on_its_own(self) -> Optional[Unanswered]:
@@ -507,10 +505,13 @@ class PluginProcess:
             return None
         if self.broken is not None:
             return Unanswered(f"plugin {self.name} broke the protocol: {self.broken}")
-        if self._leader_exited:
-            status = self._popen.returncode if self._popen is not None else None
-            return Unanswered(f"plugin {self.name} exited with status {status}", detail=self._last_words())
-        return None
+        return self._exited() if self._leader_exited else None
+
+    def _exited(self) -> Unanswered:
+        """What a call gets from a leader that exited: its status, and
+        stderr's first line once stderr is read to its end."""
+        status = self._popen.returncode if self._popen is not None else None
+        return Unanswered(f"plugin {self.name} exited with status {status}", detail=self._last_words())
 
     def _last_words(self) -> str:
         """The first line of stderr, once the reactor has read what a plugin
