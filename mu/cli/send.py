@@ -9,9 +9,9 @@ Usage:
 Each delivers exactly once: a msgId and an intent record before the call.
 A <text> of - is read from standard input, all of it (for a text longer
 than a command line takes).  Exit 0 prints the msgId and the baseline
-(the turn count `mu wait` counts from); exit 1 means the outcome is unknown, and names the msgId that
-`mu agent check <agent> <msgId>` (or the next delivery to the agent)
-resolves.
+(the turn count `mu wait` counts from); exit 1 means the outcome is
+unknown, and names the msgId that `mu agent check <agent> <msgId>` (or
+the next delivery to the agent) resolves.
 
 Options:
   --steer                 Steer the turn under way instead of following it up.
