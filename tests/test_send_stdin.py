@@ -42,3 +42,18 @@ def test_a_long_text_from_standard_input_is_delivered_as_it_is(tmp_path, monkeyp
         assert msg_id
     finally:
         box.finish()
+
+
+def test_a_bad_name_is_refused_without_waiting_for_the_input(isolated):
+    # standard input stays open: only the name's check can end the verb
+    for argv in (["send", "Bad/Name", "-"], ["interrupt", "w/a/b", "-"],
+                 ["agent", "spawn", "no-slash", "--host", "box", "--send", "-"]):
+        proc = subprocess.Popen([sys.executable, str(MU), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            proc.wait(timeout=20)
+        finally:
+            proc.kill()
+            proc.stdin.close()
+        err = proc.stderr.read()
+        assert proc.returncode == 2 and err.startswith("mu: agent name ") and "is not valid" in err, (argv, err)

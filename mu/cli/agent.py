@@ -60,7 +60,7 @@ def _env(pairs) -> Dict[str, str]:
 def verb_spawn(args: Dict[str, Any]) -> int:
     if args["--from"] is not None and not args["--worktree"]:
         raise UsageError("--from goes with --worktree")
-    send = None if args["--send"] is None else text_or_stdin(args["--send"], "--send")
+    send = None if args["--send"] is None else text_or_stdin(args["--send"], "--send", args["<agent>"])
     spawned = api.agent_spawn(
         args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
         role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],

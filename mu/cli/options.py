@@ -28,15 +28,20 @@ def check_texts(args: Mapping[str, Any]) -> None:
 STDIN = "-"  # as a message's text: read it from standard input
 
 
-def text_or_stdin(value: str, where: str) -> str:
+def text_or_stdin(value: str, where: str, agent: str) -> str:
     """A message's text as given, or, when it is `-`, all of standard
     input (for a text longer than a command line's word may be, 128 KiB on
     Linux), as it is: UTF-8, a trailing newline kept.  Text that is not
     UTF-8 is a `UsageError` (exit 2) naming `where`, read before anything
-    is written."""
+    is written.  The name of the `agent` it goes to is checked first, so a
+    bad one is refused without waiting for the input's end."""
     if value != STDIN:
         return value
     import sys
+
+    from mu.agents import split_agent
+
+    split_agent(agent)
 
     data = sys.stdin.buffer.read()
     try:

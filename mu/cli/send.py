@@ -36,12 +36,12 @@ VERBS = ("send", "command", "interrupt", "abort", "answer")
 def run(args: Dict[str, Any]) -> int:
     agent = args["<agent>"]
     if args["send"]:
-        done = api.send(agent, text_or_stdin(args["<text>"], "<text>"), steer=bool(args["--steer"]), fresh=bool(args["--fresh"]),
-                        force=bool(args["--force"]))
+        text = text_or_stdin(args["<text>"], "<text>", agent)
+        done = api.send(agent, text, steer=bool(args["--steer"]), fresh=bool(args["--fresh"]), force=bool(args["--force"]))
     elif args["command"]:
         done = api.command(agent, args["<name>"], args["--instructions"], force=bool(args["--force"]))
     elif args["interrupt"]:
-        done = api.interrupt(agent, text_or_stdin(args["<text>"], "<text>"))
+        done = api.interrupt(agent, text_or_stdin(args["<text>"], "<text>", agent))
     elif args["abort"]:
         done = api.abort(agent)
     elif args["answer"]:
