@@ -132,3 +132,65 @@ def test_the_host_checks_live_in_the_seams():
              and isinstance(n.func, ast.Attribute)}
     assert "check_steps" not in calls and "host_check" in calls
     assert "mu.seams.link" in imported(PACKAGE / "seams" / "checks.py")
+
+
+def _module_names() -> dict:
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _edges(name: str, path: Path, known: dict) -> Set[str]:
+    """The mu modules `name` imports, at any depth (a `from pkg import mod`
+    counts as the module; relative imports resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                if f"{module}.{alias.name}" in known:
+                    found.add(f"{module}.{alias.name}")
+                elif module in known:
+                    found.add(module)
+    found.discard(name)
+    return found
+
+
+def _circle_from(start: str, graph: dict) -> list:
+    """One circle through `start` over modules named after it (so each
+    circle is reported once, from its first name), or []."""
+    path, seen = [start], {start}
+
+    def walk(node: str) -> list:
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                return path + [start]
+            if nxt not in seen and nxt > start:
+                seen.add(nxt)
+                path.append(nxt)
+                found = walk(nxt)
+                if found:
+                    return found
+                path.pop()
+        return []
+
+    return walk(start)
+
+
+def test_no_module_of_mu_imports_in_a_circle():
+    # every call goes down: a lower module names what it needs of its owner
+    # in an interface of its own rather than importing it back
+    known = _module_names()
+    graph = {name: _edges(name, path, known) for name, path in known.items()}
+    circles = [" -> ".join(c) for c in (_circle_from(start, graph) for start in sorted(graph)) if c]
+    assert circles == [], "import circles:\n" + "\n".join(circles)

@@ -10,7 +10,8 @@ three times, each resolves.
 
 The suite acquires one host (with the `--param` map as the acquire's
 params) the first time a check needs it, and releases it at the end, by
-the `host.release` check or, if that one does not run, quietly.
+the `host.release` check or, if that one does not run, quietly
+(`mu.contract.fixtures.acquired`, which the session uses too).
 """
 
 from __future__ import annotations
@@ -19,40 +20,10 @@ import json
 import time
 from typing import Any, Dict
 
+from mu.contract.fixtures import EFFECT_TIMEOUT_S, acquired
 from mu.contract.registry import Fail, Skip, check, same_json
-from mu.contract.session import DEFAULT_HOST
 
-EFFECT_TIMEOUT_S = 60.0  # an acquire may boot a machine
 REPEATS = 3
-
-
-def acquired(session) -> Dict[str, Any]:
-    """The host the suite acquired, acquiring it on first need."""
-    if "host" in session.shared:
-        return session.shared["host"]
-    if "host-failure" in session.shared:
-        raise Skip(f"no host: host.acquire failed ({session.shared['host-failure']})")
-    key = f"contract-{session.token}-host"
-    params = {"target": {"host": {"name": DEFAULT_HOST}}, "key": key, "params": dict(session.params)}
-    try:
-        result = session.call("host.acquire", params, timeout_s=EFFECT_TIMEOUT_S)
-    except Fail as e:
-        session.shared["host-failure"] = e.got
-        raise
-    except Skip as e:
-        session.shared["host-failure"] = e.why
-        raise
-    at = time.monotonic()
-    instance = session.client().instance
-    target = {"name": DEFAULT_HOST, "handle": result["handle"], "instance": instance}
-    host = {"key": key, "params": params, "result": result, "target": target, "at": at}
-    session.shared["host"] = host
-
-    def release_quietly() -> None:
-        session.call("host.release", {"target": {"host": dict(target)}, "key": key})
-
-    host["release"] = session.on_close(release_quietly)
-    return host
 
 
 def _caps(session) -> Dict[str, Any]:

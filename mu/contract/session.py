@@ -33,14 +33,13 @@ from typing import Any, Callable, Dict, List, Optional
 import mu
 from mu import environment, schema
 from mu.contract import leaks, transport
+from mu.contract.fixtures import DEFAULT_HOST, acquired
 from mu.contract.rawrun import RawRun
 from mu.contract.registry import Fail, Skip
 from mu.contract.watcher import GroupWatcher
 from mu.deadline import READ_TIMEOUT_S
 from mu.errors import CallError, LoadRuleError, MuError, Unanswered
 from mu.runtime.client import PROTOCOL_RANGE, PluginClient
-
-DEFAULT_HOST = "contract"
 
 
 class Session:
@@ -245,9 +244,7 @@ class Session:
         if "host" in self.seams:
             host = self.shared.get("host")
             if host is None:
-                from mu.contract import host as host_checks
-
-                host = host_checks.acquired(self)
+                host = acquired(self)
             return {"host": dict(host["target"])}
         return {"host": {"name": self.params.get("host") or DEFAULT_HOST}}
 

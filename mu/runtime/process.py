@@ -7,6 +7,18 @@ before a deadline, reading.py holds the read role and routes what stdout
 says, reactor.py reads every plugin of the invocation as data arrives,
 watches.py is the `Watch` and `wait_any`, stopping.py the stop sequence.
 
+Ownership, and which way the imports go.  A `PluginProcess` owns its
+pipes, its state and its endpoint; it makes its `Reader` and `Writer`,
+its `Watch`es, and runs its stop through stopping.py, all of which it
+imports.  None of them imports this module: what they need of the
+process is an interface each defines for itself (reading.py's `Owner`,
+watches.py's `Source`, stopping.py's `Stoppable`), and what they report
+back comes through it (an invalid message, stdout's end) or as a return
+value.  The supervisor (supervisor.py) holds every running process
+through its own `Stoppable`, and a process adopts itself there when it
+starts; so the calls among these files all go one way: process, then
+reading, watches and stopping, then the supervisor and the reactor.
+
 Calls.  A call is written by the thread that makes it, and when it is the
 only call in flight its reply is read by that same thread too (reading.py's
 read role), so the common call, one at a time, costs no thread hop; among

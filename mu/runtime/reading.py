@@ -43,6 +43,13 @@ plugin (protocol "Transport") and nothing after it is parsed.  While the
 plugin stops, what arrives is drained unread.  stderr is drained by the
 reactor as it arrives and never parsed; only its first line is kept, cut
 to 400 characters, for error messages (protocol "Transport").
+
+Ownership.  A `Reader` belongs to one plugin process (process.py), which
+makes it and calls down into it; this module imports nothing of the
+process.  What the reader needs of its owner, and the two things it
+reports back up (an invalid message, stdout's end), are the `Owner`
+interface below, which the process satisfies.  `FirstLine` is stderr's
+side and knows nobody: it only hands each chunk to the callback it is given.
 """
 
 from __future__ import annotations
@@ -52,17 +59,17 @@ import select
 import threading
 import time
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
 from mu.rpc import envelope, framing
-from mu.rpc.endpoint import PendingCall
+from mu.rpc.endpoint import Endpoint, PendingCall
 from mu.runtime.reactor import IN, ONESHOT
 
 if TYPE_CHECKING:
-    from mu.runtime.process import PluginProcess
     from mu.runtime.reactor import Reactor
+    from mu.runtime.trace import Trace
     from mu.runtime.writing import Writer
 
 CHUNK = 1 << 16
@@ -74,6 +81,25 @@ _parse = envelope.parse
 _decode_line = framing.decode_line
 
 
+class Owner(Protocol):
+    """What a `Reader` needs of the process it reads for: where lines go
+    (`endpoint`, while `routing`), what names its frames in a trace, and
+    the two reports it sends up.  Both reports may come on the reactor's
+    thread, so the owner must not wait in them."""
+
+    name: str
+    pid: int
+    routing: bool
+    trace: Optional["Trace"]
+    endpoint: Endpoint
+
+    def on_invalid(self, reason: str) -> None:
+        """An invalid message was read (protocol "Transport"); nothing after it is routed."""
+
+    def on_stdout_eof(self) -> None:
+        """stdout was read to its end."""
+
+
 class Reader:
     """stdout of one plugin process: the read role, and routing."""
 
@@ -82,7 +108,7 @@ class Reader:
         "_poll", "_splitter", "_kick_r", "_kick_w", "_poll_first", "_in_flight", "_watching", "_later", "_arm_cb",
     )
 
-    def __init__(self, fd: int, process: "PluginProcess", reactor: "Reactor") -> None:
+    def __init__(self, fd: int, process: Owner, reactor: "Reactor") -> None:
         self._fd = fd
         self._process = process
         self._reactor = reactor

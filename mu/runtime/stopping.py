@@ -21,13 +21,22 @@ The descriptors go last, in an order that never lets a number the kernel
 reuses be read or polled as the old plugin's: the read role is taken for
 good, each descriptor is taken out of the reactor (after which no handler
 runs for it), and only then is it closed.
+
+Ownership.  This is what a plugin process does to end, on the process's
+own state; process.py owns that state and calls down into this module,
+which imports nothing of it.  Every piece of the process the sequence
+reads or sets is named in the `Stoppable` interface below (the process
+satisfies it).  Below this module sit the supervisor, which the ended
+process is released from, the reactor and the group and pipe helpers.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol
 
 from mu.deadline import GRACE_S, Deadline
 from mu.errors import Unanswered
@@ -38,10 +47,47 @@ from mu.runtime.states import EXITED, NEW, PROCESS, RUNNING, STOPPING, require
 from mu.runtime.supervisor import supervisor
 
 if TYPE_CHECKING:
-    from mu.runtime.process import PluginProcess
+    from mu.rpc.endpoint import Endpoint
+    from mu.runtime.reading import Reader
+    from mu.runtime.trace import Trace
+    from mu.runtime.writing import Writer
+    from mu.store.journal import Journal
 
 
-def stop(process: "PluginProcess", reason: str) -> None:
+class Stoppable(Protocol):
+    """The state of one plugin process that its stop sequence works on
+    (process.py's `PluginProcess`, which owns and documents each)."""
+
+    name: str
+    pid: int
+    pgid: int
+    state: str
+    routing: bool
+    exit_status: Optional[int]
+    journal: "Journal"
+    trace: Optional["Trace"]
+    endpoint: "Endpoint"
+    # the pipes and the descriptors the reactor watches
+    _popen: Optional["subprocess.Popen[bytes]"]
+    _reader: Optional["Reader"]
+    _writer: Optional["Writer"]
+    _stderr_fd: int
+    _pidfd: int
+    _check_leader: Callable[[], None]
+    # the sequence's own bookkeeping
+    _state_lock: threading.Lock
+    _stop_lock: threading.Lock
+    _reap_lock: threading.Lock
+    _grace: Optional[Deadline]
+    _stopped: threading.Event
+    _leader_gone: threading.Event
+    _leader_exited: bool
+
+    def _leader_done(self) -> bool:
+        """Whether the leader has exited (killing what is left of its group and reaping it)."""
+
+
+def stop(process: Stoppable, reason: str) -> None:
     """See `PluginProcess.stop`."""
     with supervisor.shield(), process._stop_lock:
         with process._state_lock:
@@ -63,7 +109,7 @@ def stop(process: "PluginProcess", reason: str) -> None:
         _finish(process)
 
 
-def _begin(process: "PluginProcess", reason: str, grace: Deadline) -> None:
+def _begin(process: Stoppable, reason: str, grace: Deadline) -> None:
     process.journal.record(f"stop: {reason}", plugin=process.name, pid=process.pid)
     if process._leader_exited:
         return  # nobody left to tell
@@ -77,7 +123,7 @@ def _begin(process: "PluginProcess", reason: str, grace: Deadline) -> None:
     _send_quietly(process, envelope.request(shutdown.id, "shutdown", {}), grace)
 
 
-def _send_quietly(process: "PluginProcess", message: Dict[str, Any], grace: Deadline) -> None:
+def _send_quietly(process: Stoppable, message: Dict[str, Any], grace: Deadline) -> None:
     if process._writer is None:
         return
     line = framing.encode(message)
@@ -85,7 +131,7 @@ def _send_quietly(process: "PluginProcess", message: Dict[str, Any], grace: Dead
         process.trace.frame(process.name, process.pid, ">", line[:-1])
 
 
-def _wait_out(process: "PluginProcess", grace: Deadline) -> None:
+def _wait_out(process: Stoppable, grace: Deadline) -> None:
     """Wait for the group to empty until `grace`, then kill it."""
     if wait_empty(process, grace.monotonic):
         return
@@ -97,7 +143,7 @@ def _wait_out(process: "PluginProcess", grace: Deadline) -> None:
         process.journal.record(f"group {process.pgid} still not empty after SIGKILL", plugin=process.name, pid=process.pid)
 
 
-def wait_empty(process: "PluginProcess", until: float) -> bool:
+def wait_empty(process: Stoppable, until: float) -> bool:
     """Until the leader is reaped and its group empty (True) or `until`
     (monotonic) passes.  The leader's exit wakes it at once (the reactor
     reads its pidfd); members left behind are looked for at a growing pause."""
@@ -115,7 +161,7 @@ def wait_empty(process: "PluginProcess", until: float) -> bool:
         pause = min(pause * 2, 0.05)
 
 
-def _finish(process: "PluginProcess") -> None:
+def _finish(process: Stoppable) -> None:
     assert process._popen is not None
     process.exit_status = process._popen.returncode
     process.journal.record(f"exit status {process.exit_status}", plugin=process.name, pid=process.pid)
@@ -127,7 +173,7 @@ def _finish(process: "PluginProcess") -> None:
     process.journal.flush()
 
 
-def release_pipes(process: "PluginProcess") -> None:
+def release_pipes(process: Stoppable) -> None:
     """Take every descriptor out of the reactor, then close it (see the
     module's note on the order).  Safe to repeat."""
     popen = process._popen
@@ -152,7 +198,7 @@ def release_pipes(process: "PluginProcess") -> None:
             pass
 
 
-def kill_now(process: "PluginProcess", reason: str) -> None:
+def kill_now(process: Stoppable, reason: str) -> None:
     """The exit that cannot wait: kill the group, reap the leader."""
     if process.state in (NEW, EXITED) or process._popen is None:
         return

@@ -23,6 +23,12 @@ A crash of mu (an exception nobody handles) cannot wait: `crash()` kills
 every group at once.  A SIGKILL of mu leaves each plugin to see stdin EOF,
 which obliges it to exit within 5 s; no pipe of one plugin leaks into
 another (`close_fds`), so the EOF is never held off.
+
+Ownership.  The supervisor holds every running plugin process, but it
+imports none of them: a process (process.py) adopts itself here when it
+starts and releases itself when it ends, and all the supervisor asks of
+one, to stop it or kill it, is the `Stoppable` interface below.  So
+process.py and stopping.py import this module and it imports neither.
 """
 
 from __future__ import annotations
@@ -32,20 +38,27 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional, Protocol
 
 from mu.errors import Terminating
 
-if TYPE_CHECKING:
-    from mu.runtime.process import PluginProcess
-
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stoppable(Protocol):
+    """What the supervisor asks of a plugin process it holds."""
+
+    def stop(self, reason: str) -> None:
+        """The one stop sequence (protocol "Process"); idempotent."""
+
+    def kill_now(self, reason: str) -> None:
+        """The exit that cannot wait: kill the group, reap the leader."""
 
 
 class Supervisor:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: List["PluginProcess"] = []
+        self._running: List[Stoppable] = []
         self.terminating = False
         self.signum: Optional[int] = None
         self._installed = False
@@ -57,7 +70,7 @@ class Supervisor:
 
     # -- the registry ----------------------------------------------------------
 
-    def adopt(self, process: "PluginProcess") -> bool:
+    def adopt(self, process: Stoppable) -> bool:
         """Track `process` until it is released.  False once mu is
         terminating and `finish()` has stopped every plugin (a start racing
         it on another thread): the caller must then kill what it started,
@@ -85,12 +98,12 @@ class Supervisor:
 
         sys.excepthook = on_crash
 
-    def release(self, process: "PluginProcess") -> None:
+    def release(self, process: Stoppable) -> None:
         with self._lock:
             if process in self._running:
                 self._running.remove(process)
 
-    def running(self) -> List["PluginProcess"]:
+    def running(self) -> List[Stoppable]:
         with self._lock:
             return list(self._running)
 

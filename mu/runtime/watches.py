@@ -15,19 +15,31 @@ a caller that holds the plugin's read role at the time, so `fired` turns
 true without anyone waiting.  `wait_any` waits on watches of any number of
 plugins with one `Deadline` and returns the ones that fired; the caller
 cancels those it no longer wants.
+
+Ownership.  A `Watch` sits on one process's endpoint (mu.rpc's
+`OpenWatch` holds its outcome); process.py makes it and imports this
+module, never the reverse.  The one thing a watch asks of its process,
+to cancel it, goes through the `Source` interface below.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Protocol
 
 from mu.deadline import Deadline
 from mu.errors import Unanswered
 from mu.rpc.endpoint import Gate, OpenWatch
 from mu.rpc.envelope import Notification
 
-if TYPE_CHECKING:
-    from mu.runtime.process import PluginProcess
+
+class Source(Protocol):
+    """The plugin process a watch was opened on (process.py's
+    `PluginProcess`): its name, for messages, and the way to cancel."""
+
+    name: str
+
+    def cancel_watch(self, watch: "Watch") -> bool:
+        """End `watch` early with `$/cancel {watchId}`; False when it had already ended."""
 
 
 class Watch:
@@ -42,7 +54,7 @@ class Watch:
 
     __slots__ = ("process", "watch_id", "initial", "after_runs", "reply", "_open")
 
-    def __init__(self, process: "PluginProcess", opened: OpenWatch, reply: Dict[str, Any]) -> None:
+    def __init__(self, process: Source, opened: OpenWatch, reply: Dict[str, Any]) -> None:
         self.process = process
         self._open = opened
         self.watch_id = opened.id

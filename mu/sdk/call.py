@@ -4,6 +4,10 @@ Guarantees: a call's `cancelled` is set by mu's `$/cancel`, by `shutdown`
 and at exit, and cancels the watches the call opened.  A watch sends at
 most one notification (protocol "The channel": the watch streams), never
 before the reply that carries its id and never after its cancel was read.
+
+Ownership.  The server (`mu.sdk.server`) makes every `Call` and `Watch`
+and imports this module; this module imports nothing of the server.  What
+a call and its watches ask of it is the `Dispatcher` interface below.
 """
 
 from __future__ import annotations
@@ -15,9 +19,19 @@ from mu.sdk.errors import Cancelled
 
 TYPE_CHECKING = False  # typing stays off the start-up path
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
-    from mu.sdk.server import Server
+    class Dispatcher(Protocol):
+        """What a call and its watches ask of the server that made them
+        (`mu.sdk.server.Server`).  Only a type checker reads it."""
+
+        def new_watch(self, call: "Call", watch_id: Any) -> "Watch": ...
+
+        def forget_watch(self, watch: "Watch") -> None: ...
+
+        def start_thread(self, target: Callable[[], Any], name: str) -> threading.Thread: ...
+
+        def send_notification(self, name: str, params: Dict[str, Any]) -> None: ...
 
 WATCH_NOTIFICATIONS = ("watch/settled", "watch/restarted")
 
@@ -36,7 +50,7 @@ class Call:
     calls `check()`, or passes the call as ``cancel=`` to `run_command`.
     """
 
-    def __init__(self, server: "Server", call_id: Any, name: str, params: Dict[str, Any]) -> None:
+    def __init__(self, server: "Dispatcher", call_id: Any, name: str, params: Dict[str, Any]) -> None:
         self._server = server
         self.id = call_id
         self.method = name
@@ -94,7 +108,7 @@ class Watch:
 
     _PENDING, _OPEN, _DONE, _CANCELLED, _DROPPED = range(5)
 
-    def __init__(self, server: "Server", watch_id: Any) -> None:
+    def __init__(self, server: "Dispatcher", watch_id: Any) -> None:
         self._server = server
         self.id = watch_id
         self.cancelled = threading.Event()

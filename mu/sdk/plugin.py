@@ -43,6 +43,10 @@ Decisions where the protocol leaves room:
 - A result the SDK cannot send (not JSON, over 1 MiB) becomes an error of
   kind ``unknown-outcome``: the handler ran, so "nothing happened" would be
   a lie.
+
+Ownership.  This module is the top of the SDK: `run` makes the server
+(`mu.sdk.server`), which makes each `Call` and `Watch` (`mu.sdk.call`);
+neither imports this one.
 """
 
 from __future__ import annotations

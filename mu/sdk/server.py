@@ -6,6 +6,11 @@ reply).  It guarantees one reply per request it accepts, written whole and
 only after the handler returned, and a thread per call, so that `$/cancel`
 is read while handlers work.  Threads it starts (calls and watch workers)
 are tracked so the exit path can wait for them.
+
+Ownership.  `run` (`mu.sdk.plugin`) makes the server and imports this
+module; the server makes the calls and watches (`mu.sdk.call`).  It
+imports nothing of `mu.sdk.plugin`: what it asks of the plugin it serves
+is the `Served` interface below, which `Plugin` satisfies.
 """
 
 from __future__ import annotations
@@ -32,9 +37,26 @@ from mu.sdk.wire import MAX_LINE_BYTES, Wire, decode, encode, note
 
 TYPE_CHECKING = False  # typing stays off the start-up path
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Optional, Tuple
+    from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
-    from mu.sdk.plugin import Plugin
+    class Served(Protocol):
+        """What the server asks of the plugin it serves (`mu.sdk.Plugin`):
+        the handshake's answers, the two hooks, and the handlers by method
+        name (``handlers()`` on its class).  Only a type checker reads it."""
+
+        name: str
+        version: str
+
+        @classmethod
+        def handlers(cls) -> Dict[str, str]: ...
+
+        def instance(self) -> str: ...
+
+        def declaration(self) -> Dict[str, Any]: ...
+
+        def on_initialize(self, params: Dict[str, Any]) -> None: ...
+
+        def on_shutdown(self) -> None: ...
 
 PROTOCOL_VERSION = PROTOCOL_MAX  # the one version this SDK speaks
 RESERVED_METHODS = ("initialize", "shutdown", "$/cancel")  # served here, never by a handler
@@ -44,7 +66,7 @@ EXIT_GRACE_S = 4.0  # protocol "Process": gone within 5 s of EOF; keep a margin 
 class Server:
     """The dispatcher: reads messages, runs handlers, writes replies."""
 
-    def __init__(self, plugin: "Plugin", wire: Wire) -> None:
+    def __init__(self, plugin: "Served", wire: Wire) -> None:
         self.plugin = plugin
         self.wire = wire
         self.handlers = type(plugin).handlers()

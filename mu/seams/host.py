@@ -34,6 +34,7 @@ from mu.effects.resolve import resolve as resolve_by_rule
 from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused, UsageError
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
+from mu.seams.fetch_template import check_template
 from mu.store import db, hosts, intents, jobs, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost
 from mu.store.intents import IntentRecord
@@ -115,8 +116,6 @@ def add_profile(name: str, plugin: str, fetch: Optional[str], repo: Optional[str
     if not link.get("fetch") and not fetch:
         raise UsageError(f"plugin {plugin!r} declares fetch: false, so host {name} needs a --fetch template")
     if fetch:
-        from mu.seams.link import check_template  # the link imports this module
-
         problem = check_template(fetch)
         if problem:
             raise UsageError(f"--fetch template is not usable: {problem}")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import subprocess
 import time
@@ -32,6 +31,7 @@ from mu.deadline import GRACE_S, Deadline
 from mu.errors import LoadRuleError, Permanent, Refused, UsageError
 from mu.runtime import groups
 from mu.runtime.client import PluginClient
+from mu.seams.fetch_template import FETCH_PLACEHOLDERS, check_template, render_fetch  # noqa: F401 (re-exported)
 from mu.seams.host import get, in_use, require_instance, shown_state
 from mu.store import hosts, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost
@@ -216,30 +216,6 @@ def run_template(command: str, cwd: str, timeout_ms: int) -> Run:
         raise
     groups.kill_group(proc.pid)  # what it left running in its group
     return Run(proc.returncode, out, err, False)
-
-
-FETCH_PLACEHOLDERS = ("{host}", "{remoteCwd}", "{localRepo}")
-
-
-def render_fetch(template: str, *, host: str, remote_cwd: str, local_repo: str) -> str:
-    """A profile's `--fetch` template with its placeholders filled in, each
-    value shell-quoted."""
-    return (
-        template.replace("{host}", shlex.quote(host))
-        .replace("{remoteCwd}", shlex.quote(remote_cwd))
-        .replace("{localRepo}", shlex.quote(local_repo))
-    )
-
-
-def check_template(template: str) -> str:
-    """What is wrong with a `--fetch` template, or "".  A shell's own
-    `${NAME}` is left alone; any other `{word}` must be a placeholder."""
-    if "{remoteCwd}" not in template:
-        return "it never names {remoteCwd}, the folder to fetch from"
-    unknown = [m for m in re.findall(r"(?<!\$)\{[A-Za-z_]+\}", template) if m not in FETCH_PLACEHOLDERS]
-    if unknown:
-        return f"{unknown[0]} is not a placeholder mu knows (known: " + ", ".join(FETCH_PLACEHOLDERS) + ")"
-    return ""
 
 
 def _check(method: str, result: Any) -> str:
