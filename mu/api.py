@@ -533,7 +533,9 @@ class WaitResult:
     `event` is `settled`, `dead`, `restarted` or `deadline`; a task's
     (`task` set, `agent` None) is `closed`, `reaped`, `rejected` or
     `deferred`, its `detail` the event's seq, at, who and text.
-    `exit_code` is 7 for `deadline`, else 0.  `collected` says what the
+    `exit_code` is 7 for `deadline`, 6 for `blocked` (a person must act:
+    `question`, `keys` and `command`, the `mu answer` that resolves it),
+    else 0.  `collected` says what the
     in-life collect after the event did (None when none was due)."""
 
     agent: Optional[str]
@@ -544,25 +546,41 @@ class WaitResult:
     collected: Optional[Dict[str, Any]] = None
     task: Optional[str] = None
 
+    @property
+    def question(self) -> Optional[str]:
+        return self.detail.get("question") if self.event == "blocked" else None
+
+    @property
+    def keys(self) -> List[str]:
+        return list(self.detail.get("keys") or []) if self.event == "blocked" else []
+
+    @property
+    def command(self) -> Optional[str]:
+        return self.detail.get("command") if self.event == "blocked" else None
+
     def as_json(self) -> Dict[str, Any]:
         if self.task is not None:
             return {"task": self.task, "event": self.event, "detail": self.detail}
-        return {"agent": self.agent, "event": self.event, "observation": self.observation, "detail": self.detail}
+        shown = {"agent": self.agent, "event": self.event, "observation": self.observation, "detail": self.detail}
+        if self.event == "blocked":
+            shown.update(question=self.question, keys=self.keys, command=self.command)
+        return shown
 
 
 def wait(agents: Optional[List[str]] = None, after: Optional[int] = None, timeout_s: Optional[float] = None,
-         report: Optional[Any] = None, *, tasks: Optional[List[str]] = None) -> WaitResult:
+         report: Optional[Any] = None, *, tasks: Optional[List[str]] = None, new: bool = False) -> WaitResult:
     """The first event among `agents` (every live agent when none, and no
     `tasks`) and `tasks`.  `report(result)` is called with the event
     before the in-life collect that may follow it.  A task's event past
     its cursor (its last add, claim or reopen) counts even when it came
     before the wait started.  Raises `mu.errors.TimedOut` (exit 124) when
     `timeout_s` runs out first; `NotFound` or `UsageError` (exit 2) for
-    bad input."""
+    bad input.  `new`: only what happens after the wait starts (not with
+    `after`: `UsageError`)."""
     from mu.agents import wait as waiting
 
     if tasks:
-        return wait_all(agents, tasks, after, timeout_s, report, every=False)[0]
+        return wait_all(agents, tasks, after, timeout_s, report, every=False, new=new)[0]
 
     def shown(event: "waiting.Event") -> None:
         if report is not None:
@@ -570,14 +588,14 @@ def wait(agents: Optional[List[str]] = None, after: Optional[int] = None, timeou
 
     environment.host_deadline_margin_ms()
     with _plugins_stopped():
-        event, collected = waiting.wait(list(agents or []), after, timeout_s, shown)
+        event, collected = waiting.wait(list(agents or []), after, timeout_s, shown, new=new)
     return WaitResult(event.agent, event.event, event.observation, event.detail, event.exit_code,
                       collected._asdict() if collected.ran else None)
 
 
 def wait_all(agents: Optional[List[str]] = None, tasks: Optional[List[str]] = None, after: Optional[int] = None,
              timeout_s: Optional[float] = None, report: Optional[Any] = None, *, every: bool = True,
-             ) -> List[WaitResult]:
+             new: bool = False) -> List[WaitResult]:
     """`mu wait --all`: one event of every named agent and task, in the
     order they came (`every=False`: the first only); `report` is called
     with each as it comes.  `UsageError` (2) when nothing is named."""
@@ -588,6 +606,8 @@ def wait_all(agents: Optional[List[str]] = None, tasks: Optional[List[str]] = No
         raise UsageError("--all needs the agents or tasks to wait for")
     waiting.check_after(after)
     waiting.check_timeout(timeout_s)
+    if new and after is not None:
+        raise UsageError("--after and --new cannot be given together", "--new waits for what happens from now on")
 
     def result(fired: "taskwait.Fired") -> WaitResult:
         return WaitResult(fired.agent, fired.event, fired.observation, dict(fired.detail), fired.exit_code,
@@ -599,7 +619,7 @@ def wait_all(agents: Optional[List[str]] = None, tasks: Optional[List[str]] = No
 
     environment.host_deadline_margin_ms()
     with _plugins_stopped():
-        seen = taskwait.wait(list(agents or []), list(tasks or []), after, timeout_s, every, waiting.wait, shown)
+        seen = taskwait.wait(list(agents or []), list(tasks or []), after, timeout_s, every, waiting.wait, shown, new)
     return [result(f) for f in seen]
 
 

@@ -10,6 +10,8 @@ A caller may rely on `exit_code` being the code mu(1) documents:
        missing its kind, unreadable, read-only, damaged, or busy past the wait
     4  the plugin is refused: trust checks or load rules
     5  a plugin call failed definitely
+    6  `mu wait`: a person must act (an agent's turn is `blocked` on a
+       question: `mu answer` resolves it)
     7  `mu wait` fired an urgent `deadline` event
   124  a timeout the user set ran out (`mu host exec --timeout`, `mu wait --timeout`)
    70  mu itself failed: a bug, reported with its traceback
@@ -39,6 +41,7 @@ EXIT_USAGE = 2
 EXIT_STATE = 3
 EXIT_REFUSED_PLUGIN = 4
 EXIT_CALL_FAILED = 5
+EXIT_BLOCKED = 6  # mu wait: a person must act (`mu answer`)
 EXIT_DEADLINE = 7
 EXIT_TIMED_OUT = 124
 EXIT_INTERNAL = 70

@@ -209,3 +209,33 @@ def test_past_ask_max_the_records_give_every_line_and_notice(world):
     assert by_agent["ws1/a7"][-1] == "-" and by_agent["ws0/a3"][-1] == "-"  # "abc", ""
     for kind in ("final-collect", "job-gone", "deadline", "intent", "not-asked"):
         assert f"  {kind}: " in out.stdout
+
+
+def test_a_blocked_agent_is_the_first_notice_with_its_mu_answer(world):
+    world.agent("ws/a", runs=0, state="idle")
+    world.job("ws/a", {"state": "ended", "exit": 3})  # a notice of its own, before ws/b's by name
+    world.agent("ws/b", runs=1, state="idle")
+    world.turn("ws/b", "blocked", 1, 1, pending="Bash wants to run `make` (mu answer ws/b allow | deny)")
+    doc = state()
+    assert [n["kind"] for n in doc["notices"]][:2] == ["blocked", "job-gone"]
+    blocked = doc["notices"][0]
+    assert blocked["subject"] == "ws/b" and blocked["command"] == "mu answer ws/b allow"
+    assert "Bash wants to run `make`" in blocked["text"] and "allow | deny" in blocked["text"]
+    human = run_mu("state").stdout
+    lines = human.split("notices:\n", 1)[1].splitlines()
+    assert lines[0].startswith("  blocked: ws/b is blocked: Bash wants to run `make`")
+    assert lines[0].endswith("(`mu answer ws/b allow`)")
+
+
+def test_no_notice_prints_none_for_a_job_that_ended_with_no_reason(world):
+    world.agent("ws/a", runs=0, state="idle")
+    world.job("ws/a", {"state": "ended", "exit": 3})  # job.status names no reason
+    world.agent("ws/b", runs=0, state="idle")
+    world.turn("ws/b", "blocked", 0, 1)  # blocked, saying nothing of what it asks
+    doc = state()
+    [gone] = notices(doc, "job-gone")
+    assert gone["text"] == "the job of ws/a is gone (its job is ended, exit 3)"
+    [blocked] = notices(doc, "blocked")
+    assert blocked["command"] == "mu answer ws/b '<your answer>'"
+    human = run_mu("state").stdout
+    assert "None" not in human and "None" not in json.dumps(doc["notices"])

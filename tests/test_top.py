@@ -176,7 +176,7 @@ def test_the_live_view_follows_the_crew_and_leaves_the_terminal_as_it_was(crew, 
     screen.shows("? shall I go on?")
     # the selected row's commands, and an agent opened
     screen.keys("j")
-    screen.shows("mu answer w/b <key>")
+    screen.shows("w/b: mu answer w/b '<your answer>'")  # the exact command, first among its acts
     screen.keys("Enter")
     screen.shows("--- its pane ---")
     screen.keys("Escape")
@@ -251,3 +251,21 @@ def test_top_and_doctor_read_while_another_mu_holds_the_write_lock(isolated):
     finally:
         writer.execute("ROLLBACK")
         writer.close()
+
+
+def test_once_shows_a_blocked_agent_first_among_the_notices_with_its_command(tmp_path, plugin_dir, monkeypatch):
+    from test_readings import World
+
+    world = World(tmp_path, plugin_dir, monkeypatch)
+    world.host()
+    world.agent("ws/a", runs=0, state="idle")
+    world.job("ws/a", {"state": "ended", "exit": 3})  # a job-gone notice, with no reason in its status
+    world.agent("ws/b", runs=1, state="idle")
+    world.turn("ws/b", "blocked", 1, 1, pending="Bash wants to run `make` (mu answer ws/b allow | deny)")
+    out = run_mu("top", "--once", env={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    notices = out.stdout.split("NOTICES\n", 1)[1].splitlines()
+    assert notices[0].startswith("  blocked  ws/b: ws/b is blocked: Bash wants to run `make`")
+    assert notices[0].endswith("→ mu answer ws/b allow")
+    assert any("job-gone  ws/a" in line for line in notices[1:])
+    assert "None" not in out.stdout

@@ -17,7 +17,8 @@ notice says how many were not asked and that `mu agent show <agent>`
 asks.  `mu state` thereby stays a glance: its cost grows with the rows,
 not with round trips to plugins.
 
-Notices (`kind`, what, the command):
+Notices (`kind`, what, the command), blocked agents first (a person must act):
+  blocked        an agent whose turn waits on a question: the `mu answer` that resolves it
   deadline       an agent on a host inside its deadline margin: collect and close it
   final-collect  a stopped job that still owes its final collect
   job-gone       an agent whose job record is gone, or whose job reads ended or lost
@@ -159,6 +160,7 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     by_host = {h.name: h for h in records.hosts}
     ask = len(records.agents) <= ASK_MAX
     notices: List[Notice] = []
+    asking: List[Notice] = []  # the blocked agents' notices: first of all
     own = None
     seen: Dict[str, Any] = {}
     if not (ask and records.agents):
@@ -180,6 +182,8 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
         def other(row: Glance) -> AgentState:
             host = by_host.get(row.job_host or row.host)
             one = _asked(row, clients, seen, last_text) if clients is not None else _from_records(row, host)
+            if one.turn == "blocked" and one.liveness != DEAD:
+                asking.append(_blocked_notice(one, seen.get(row.agent)))
             if one.liveness == DEAD or row.job_state in (None, "stopped") or host is not None \
                     and host.name in draining:
                 notices.extend(_agent_notices(one, row, host, margin_ms, now_ms))
@@ -198,6 +202,7 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     finally:
         if own is not None:
             own.stop("mu state is done")
+    notices[:0] = asking
     agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
     host_rows = [_host_state(h, now_ms) for h in records.hosts]
@@ -243,7 +248,7 @@ def _asked(row: Glance, clients: "readings.Clients", seen: Dict[str, Any], last_
         return _from_records(row, None)
     reading = seen[row.agent] = readings.read(agent, clients, last_text=last_text)
     turn = reading.turn
-    reason = reading.job_status.get("reason") if reading.liveness != ALIVE else (turn.reason or turn.pending)
+    reason = _why_not_alive(reading.job_status) if reading.liveness != ALIVE else (turn.reason or turn.pending)
     return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, reading.liveness, reading.turn.state,
                       reading.turn.runs, reading.turn.incarnation, reason, _pane_alive(row.pane),
                       bool(row.owes_collect))
@@ -263,6 +268,30 @@ def _from_records(row: Glance, host: Optional[Host]) -> AgentState:
     inc = int(incarnation) if incarnation and incarnation.isdigit() else None
     return _make_state((f"{workstream}/{name}", host_name, plugin, job, job_state, liveness, "unknown", None, inc,
                         reason, None, bool(owes)))
+
+
+def _why_not_alive(status: Dict[str, Any]) -> str:
+    """Why a job reads dead or unknown, in words, from its `job.status`
+    answer: its `reason`, else its state and exit (an ended job's answer
+    may carry no reason: never a `None` in a notice)."""
+    reason = status.get("reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    said = f"its job is {status.get('state') or 'unknown'}"
+    if status.get("exit") is not None:
+        said += f", exit {status['exit']}"
+    if status.get("signal") is not None:
+        said += f", signal {status['signal']}"
+    return said
+
+
+def _blocked_notice(one: AgentState, reading: Any) -> Notice:
+    """A blocked agent: what it asks and the `mu answer` that resolves it."""
+    from mu.agents import blocks
+
+    block = blocks.of(one.agent, getattr(getattr(reading, "turn", None), "pending", None))
+    keys = f" (keys: {' | '.join(block.keys)})" if len(block.keys) > 1 else ""
+    return Notice("blocked", one.agent, f"{one.agent} is blocked: {block.question}{keys}", block.command)
 
 
 _make_state = partial(tuple.__new__, AgentState)  # AgentState from a whole tuple, no frame
@@ -301,7 +330,8 @@ def _agent_notices(one: AgentState, row: Glance, host: Optional[Host], margin_ms
     if row.job_state is None:
         found.append(Notice("job-gone", name, f"mu has no job record for {name}", f"mu agent close {name}"))
     elif one.liveness == DEAD and row.job_state != "stopped":
-        found.append(Notice("job-gone", name, f"the job of {name} is gone ({one.reason})", f"mu agent close {name}"))
+        why = f" ({one.reason})" if one.reason else ""
+        found.append(Notice("job-gone", name, f"the job of {name} is gone{why}", f"mu agent close {name}"))
     if one.liveness == DEAD and one.pane_alive:
         found.append(Notice("pane-alive", name, f"the pane of {name} is alive under a dead job",
                             f"mu agent close {name}"))

@@ -31,7 +31,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from mu.deadline import Deadline
-from mu.errors import EXIT_DEADLINE, EXIT_OK, NotFound, TimedOut
+from mu.errors import EXIT_BLOCKED, EXIT_DEADLINE, EXIT_OK, NotFound, TimedOut
 from mu.store import db
 from mu.store import tasks as store
 
@@ -52,7 +52,8 @@ class Fired(NamedTuple):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_DEADLINE if self.event == "deadline" else EXIT_OK
+        """7 for `deadline`, 6 for `blocked` (a person must act), else 0."""
+        return EXIT_DEADLINE if self.event == "deadline" else EXIT_BLOCKED if self.event == "blocked" else EXIT_OK
 
 
 class TaskFired(Exception):
@@ -101,11 +102,12 @@ def _tasks_only(marks: Dict[str, int], until: Optional[Deadline], timeout_s: Opt
         every = min(POLL_MAX_S, every * 2)
 
 
-AgentWait = Callable[..., Any]  # mu.agents.wait.wait's shape: (names, after, timeout_s, report, also=...)
+AgentWait = Callable[..., Any]  # mu.agents.wait.wait's shape: (names, after, timeout_s, report, also=..., new=...)
 
 
 def first(agent_names: List[str], marks: Dict[str, int], after: Optional[int], timeout_s: Optional[float],
-          agent_wait: AgentWait, report: Callable[[Fired], None]) -> Fired:
+          agent_wait: AgentWait, report: Callable[[Fired], None], new: bool = False,
+          started: Optional[Dict[str, Any]] = None) -> Fired:
     """The first event among the agents and the tasks."""
     if not agent_names:
         found = _tasks_only(marks, Deadline.after(timeout_s) if timeout_s is not None else None, timeout_s)
@@ -121,7 +123,7 @@ def first(agent_names: List[str], marks: Dict[str, int], after: Optional[int], t
         report(_of_agent(event))
 
     try:
-        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also)
+        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also, **({"new": True, "marks": started} if new else {}))
     except TaskFired as fired:
         report(fired.fired)
         return fired.fired
@@ -133,17 +135,20 @@ def _of_agent(event: Any) -> Fired:
 
 
 def wait(agent_names: List[str], task_ids: List[str], after: Optional[int], timeout_s: Optional[float],
-         every: bool, agent_wait: AgentWait, report: Callable[[Fired], None]) -> List[Fired]:
+         every: bool, agent_wait: AgentWait, report: Callable[[Fired], None], new: bool = False) -> List[Fired]:
     """The first event among the agents and tasks (with `every`: one event
     of each, in the order they came); `report` is called with each as it
-    comes.  Raises `TimedOut` (exit 124) when `timeout_s` runs out first."""
+    comes; `new`: only what happens after the wait starts (an agent's
+    cursor is its runs now; a task's stays its last claim).  Raises
+    `TimedOut` (exit 124) when `timeout_s` runs out first."""
     marks = cursors(list(dict.fromkeys(task_ids)))
     agents_left = list(dict.fromkeys(agent_names))
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     seen: List[Fired] = []
+    started: Dict[str, Any] = {}  # with `new`: each agent's cursor as the first round took it
     while True:
         left_s = timeout_s if until is None or not seen else max(0.0, until.monotonic - time.monotonic())
-        fired = first(agents_left, marks, after, left_s, agent_wait, report)
+        fired = first(agents_left, marks, after, left_s, agent_wait, report, new, started)
         seen.append(fired)
         if fired.task is not None:
             marks.pop(fired.task, None)

@@ -2,7 +2,9 @@
 reads").
 
 Events: `settled` (a turn past the agent's cursor settled: its
-observation), `dead` (its job ended or was lost: `job.status`, never the
+observation; one that settled before the wait began says so, with its
+time), `blocked` (its turn waits on a question: a person must act, exit 6),
+`dead` (its job ended or was lost: `job.status`, never the
 channel; a job that ended before its agent ever showed a sign of life is
 no event but the failure it is, `Permanent`, exit 5), `restarted` (its channel restarted: the new incarnation) and
 `deadline` (a host of the agents watched reached its deadline margin: the
@@ -46,8 +48,25 @@ with `deadlineAt` or `idleReclaimMs`, and after the caller has shown the
 event (`report`), one in-life collect of the agent runs, retried with
 backoff on failure; it never clears the final collect.
 
+Blocks.  A turn the channel reads `blocked` (protocol "The channel": a
+pending dialog) ends the wait as `blocked`, with what it asks, its keys
+and the `mu answer` that resolves it (mu.agents.blocks), once per block:
+the block (`mu.store.blocks.Key`: the agent, its job, the incarnation and
+runs, when the block began and what it asks) is recorded before it is
+returned, as a deadline is, so a second wait does not fire it again, two
+racing waits fire it once, and the next block (after an answer) fires
+anew.  A block that began before the wait counts (not with `new`).  The
+protocol's watch notifies settles and restarts only, so the turn states
+are read (`channel.readStates`): every `BLOCK_FAST_S` for `BLOCK_FAST_FOR_S`
+after the wait starts and after any change of an agent's reading, then
+backing off to `BLOCK_SLOW_S`.  A wait that times out while an agent is
+still on a block fired before says so, naming the `mu answer`.
+
+`new` (`mu wait --new`): the cursor is the runs now, whatever was
+delivered, and only what happens after the wait starts counts.
+
 A wait with no event before `timeout_s` ends with `TimedOut` (exit
-124).  Nothing here writes but the deadline record, and nothing calls an
+124).  Nothing here writes but the deadline and block records, and nothing calls an
 effect but what resolves an open delivery (the send's own resolution,
 `mu.agents.deliver.check`).
 """
@@ -59,10 +78,11 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import environment
-from mu.agents import hosting, readings, split_agent
+from mu.agents import blocks, hosting, readings, split_agent
 from mu.agents.hosting import Host
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import (
+    EXIT_BLOCKED,
     EXIT_DEADLINE,
     EXIT_OK,
     EXIT_USAGE,
@@ -76,12 +96,14 @@ from mu.errors import (
 )
 from mu.runtime.watches import Watch, wait_any
 from mu.seams import channel
-from mu.store import agents, db, deadlines, deliveries, intents
+from mu.store import agents, db, deadlines, deliveries, intents, trees
+from mu.store import blocks as block_records
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
 
-EVENTS = ("settled", "dead", "restarted", "deadline")
+EVENTS = ("settled", "blocked", "dead", "restarted", "deadline")
+BLOCK_FAST_S, BLOCK_FAST_FOR_S, BLOCK_SLOW_S = 0.01, 5.0, 1.0  # readStates, for a block (the module's header)
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0  # lastRun polling, where there is no watch
 LIVENESS_FIRST_S, LIVENESS_MAX_S = 0.25, 2.0  # job.status while waiting
 COLLECT_PAUSES_S = (0.5, 2.0, 5.0)
@@ -91,8 +113,11 @@ ALSO_EVERY_S = 0.5  # how often `also` (the tasks of `mu wait --task`) is asked,
 class Event(NamedTuple):
     """One event.  `observation` is the settled turn (`settled`), else None;
     `detail` is the job's `job.status` answer (`dead`), the new incarnation
-    (`restarted`), or the host, its `deadlineAt` and the margin
-    (`deadline`)."""
+    (`restarted`), the host, its `deadlineAt` and the margin
+    (`deadline`), or what a blocked turn asks, its keys, the `mu answer`
+    and the turn's `since`, `runs` and `incarnation` (`blocked`).  A
+    settle's detail holds `after` (the cursor), and `settledAt` with
+    `beforeWait: true` when the turn settled before the wait began."""
 
     agent: str
     event: str
@@ -101,7 +126,12 @@ class Event(NamedTuple):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_DEADLINE if self.event == "deadline" else EXIT_OK
+        return exit_code_of(self.event)
+
+
+def exit_code_of(event: str) -> int:
+    """7 for `deadline`, 6 for `blocked` (a person must act), else 0."""
+    return EXIT_DEADLINE if event == "deadline" else EXIT_BLOCKED if event == "blocked" else EXIT_OK
 
 
 class Collected(NamedTuple):
@@ -130,6 +160,12 @@ class Watched:
         self.polling = False
         self.poll_at = 0.0
         self.poll_every = POLL_FIRST_S
+        self.started_ms = int(time.time() * 1000)  # what began before this is "before the wait"
+        self.reads_blocks = False  # its channel is asked for its turn state (a block)
+        self.read_at = 0.0
+        self.fast_until = time.monotonic() + BLOCK_FAST_FOR_S
+        self.last_reading: Optional[Tuple[Any, ...]] = None
+        self.block: Optional[blocks.Block] = None  # the block it is on now, fired by this wait or another
 
     @property
     def name(self) -> str:
@@ -166,22 +202,28 @@ def check_timeout(timeout_s: Optional[float]) -> None:
 
 def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[float] = None,
          report: Optional[Callable[[Event], None]] = None, also: Optional[Callable[[], None]] = None,
-         ) -> Tuple[Event, Collected]:
+         new: bool = False, marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Tuple[Event, Collected]:
     """The first event among the agents `names` (every live agent when
     empty), and what the in-life collect after it did.  `report` is called
     with the event before that collect; `also`, when given, on every turn
-    of the loop (mu.agents.taskwait: it raises to end the wait).  Raises `TimedOut` (exit 124)
-    when `timeout_s` runs out first, `NotFound`/`UsageError` (exit 2) for
-    bad input."""
+    of the loop (mu.agents.taskwait: it raises to end the wait); `new`:
+    only what happens after the wait starts (the cursor is the runs now);
+    `marks`, with `new`: each agent's cursor and start as a first wait
+    took them (filled in by it), so a wait again (`mu wait --all --new`)
+    counts from the same moment and misses nothing.
+    Raises `TimedOut` (exit 124) when `timeout_s` runs out first,
+    `NotFound`/`UsageError` (exit 2) for bad input (`after` with `new`)."""
     check_after(after)
     check_timeout(timeout_s)
+    if new and after is not None:
+        raise UsageError("--after and --new cannot be given together", "--new waits for what happens from now on")
     margin_ms = environment.host_deadline_margin_ms()
     picked = pick(names)
-    if after is None:
+    if after is None and not new:
         _resolve_open(picked)
     clients = readings.Clients()
     try:
-        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also)
+        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also, new, marks)
         _learn(event, picked)
         journal().record(f"wait: {event.agent} {event.event}")
         if report is not None:
@@ -192,9 +234,13 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
 
 
 def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Optional[float], margin_ms: int,
-          clients: readings.Clients, also: Optional[Callable[[], None]] = None) -> Event:
+          clients: readings.Clients, also: Optional[Callable[[], None]] = None, new: bool = False,
+          marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Event:
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     watched = [Watched(a, *_records(a)) for a in picked]
+    if new:
+        for w in watched:
+            w.fresh_from = None
     for w in watched:
         if w.job is not None and w.host is None:
             raise Refused(f"agent {w.name}'s host {w.job.host or w.agent.host} is not recorded",
@@ -214,10 +260,10 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         raise UsageError("no live agent to wait for", "`mu agent list` shows the agents and their liveness")
     try:
         for w in live:
-            found = _start(w, after, clients)
+            found = _start(w, after, clients, new, marks)
             if found is not None:
                 return found
-        return _loop(live, until, timeout_s, margin_ms, clients, also)
+        return _loop(live, until, timeout_s, margin_ms, clients, also, new)
     finally:
         for w in live:
             if w.watch is not None and not w.watch.fired:
@@ -291,14 +337,16 @@ def _records(agent: Agent):
     return job, host
 
 
-def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None:
-    """The cursor: `after`, else the last delivery's baseline, else the
-    current runs (mu-wait(1))."""
+def _cursor(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False) -> None:
+    """The cursor: `after`, else (not `new`) the last delivery's baseline,
+    else the current runs (mu-wait(1))."""
     if after is not None:
         w.cursor = after
         return
-    with db.reading() as conn:
-        last = deliveries.last_cursor(conn, w.agent.workstream, w.agent.name)
+    last = None
+    if not new:
+        with db.reading() as conn:
+            last = deliveries.last_cursor(conn, w.agent.workstream, w.agent.name)
     if last is not None and not (last.fresh and last.incarnation is not None):
         # the incarnation the baseline was counted in: a channel restarted
         # since that delivery is `restarted`, not a turn to wait for
@@ -330,14 +378,24 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients) -> None
     # else: no cursor mu can name; the watch's reply names the plugin's
 
 
-def _start(w: Watched, after: Optional[int], clients: readings.Clients) -> Optional[Event]:
+def _start(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False,
+           marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Optional[Event]:
     """Set up one agent's watch (or its polling); an event when one is
     already there to report."""
     assert w.job is not None and w.host is not None
     seam = readings.channel_seam(w.agent.plugin)
     if seam is None:
         return None  # no channel: only its liveness and its host's deadline can end the wait
-    _cursor(w, after, clients)
+    w.reads_blocks = True
+    known = (marks or {}).get(w.name) if new else None
+    if known is not None:
+        w.cursor, w.inc, w.started_ms = known  # an earlier round of the same wait took them
+    else:
+        if new:
+            w.started_ms = int(time.time() * 1000)  # a block that began before does not count
+        _cursor(w, after, clients, new)
+        if new and marks is not None:
+            marks[w.name] = (w.cursor, w.inc, w.started_ms)
     if (seam.get("caps") or {}).get("watch") == "stream" and _watch(w, clients):
         return None
     w.polling = True
@@ -405,11 +463,73 @@ def _settled(w: Watched, observation: Dict[str, Any], clients: readings.Clients)
     status = readings.job_status(clients, w.host, w.job)
     if readings.liveness_of(status) == readings.DEAD:
         return Event(w.name, "dead", observation, status)
-    return Event(w.name, "settled", observation, {"after": w.cursor})
+    detail: Dict[str, Any] = {"after": w.cursor}
+    since = observation.get("since")
+    if isinstance(since, int) and not isinstance(since, bool) and since < w.started_ms:
+        # a turn that settled before the wait began (between a send and the wait, say)
+        detail.update(beforeWait=True, settledAt=since)
+    return Event(w.name, "settled", observation, detail)
+
+
+def _read_block(w: Watched, clients: readings.Clients, new: bool) -> Optional[Event]:
+    """Read the agent's turn state; its `blocked` event when it is on a
+    block this wait may fire (not fired before, and with `new` not begun
+    before the wait), recorded as fired before it is returned."""
+    assert w.job is not None and w.host is not None
+    now = time.monotonic()
+    try:
+        reading = channel.read_state(clients.get(w.job.plugin), w.agent, w.host, w.job)
+    except MuError:
+        reading = channel.unknown("not read")  # the next read may answer; liveness is the job's
+    seen = (reading.state, reading.since, reading.runs, reading.incarnation, reading.pending)
+    if seen != w.last_reading:
+        w.last_reading, w.fast_until = seen, now + BLOCK_FAST_FOR_S
+    w.read_at = now + (BLOCK_FAST_S if now < w.fast_until else BLOCK_SLOW_S)
+    if reading.state != "blocked":
+        w.block = None
+        return None
+    block = blocks.of(w.name, reading.pending)
+    w.block = block
+    since = reading.since if isinstance(reading.since, int) else 0
+    if new and since < w.started_ms:
+        return None
+    key = block_records.Key(w.name, w.job.token or "", _count(reading.incarnation), _count(reading.runs), since,
+                            block.pending)
+    if block_records.fired(key):
+        return None
+    status = readings.job_status(clients, w.host, w.job)
+    if readings.liveness_of(status) == readings.DEAD:
+        return _dead(w, status, clients)
+    with db.transaction() as conn:
+        mine = block_records.fire(conn, key)
+    if not mine:
+        return None  # another wait fired it meanwhile
+    detail = dict(block.as_json(), since=reading.since, runs=reading.runs, incarnation=reading.incarnation)
+    if since < w.started_ms:
+        detail["beforeWait"] = True
+    return Event(w.name, "blocked", None, detail)
+
+
+def _count(value: Optional[int]) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def _timed_out(live: List[Watched], timeout_s: Optional[float]) -> TimedOut:
+    """The timeout, saying which agent still waits on a person, if any."""
+    said = f"no event from {_names(live)} within {timeout_s:g} s"
+    on = [w for w in live if w.block is not None]
+    if not on:
+        return TimedOut(said)
+    first = on[0].block
+    assert first is not None
+    more = f" ({len(on) - 1} more blocked)" if len(on) > 1 else ""
+    return TimedOut(f"{said}: {first.agent} is blocked (reported before) on: {first.question}{more}",
+                    f"`{first.command}` answers it" + (f" (keys: {' | '.join(first.keys)})" if len(first.keys) > 1
+                                                      else ""))
 
 
 def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[float], margin_ms: int,
-          clients: readings.Clients, also: Optional[Callable[[], None]] = None) -> Event:
+          clients: readings.Clients, also: Optional[Callable[[], None]] = None, new: bool = False) -> Event:
     liveness_every = LIVENESS_FIRST_S
     liveness_at = time.monotonic() + liveness_every
     while True:
@@ -435,6 +555,11 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
                 found = _poll(w, clients)
                 if found is not None:
                     return found
+        for w in live:
+            if w.reads_blocks and now >= w.read_at:
+                found = _read_block(w, clients, new)
+                if found is not None:
+                    return found
         if now >= liveness_at:
             for w in live:
                 status = readings.job_status(clients, w.host, w.job)
@@ -446,8 +571,8 @@ def _loop(live: List[Watched], until: Optional[Deadline], timeout_s: Optional[fl
         if early is not None:
             return early
         if until is not None and until.expired:
-            raise TimedOut(f"no event from {_names(live)} within {timeout_s:g} s")
-        wake = [liveness_at] + [w.poll_at for w in live if w.polling]
+            raise _timed_out(live, timeout_s)
+        wake = [liveness_at] + [w.poll_at for w in live if w.polling] + [w.read_at for w in live if w.reads_blocks]
         if also is not None:
             wake.append(time.monotonic() + ALSO_EVERY_S)
         margin_at = _next_margin(live, margin_ms)
@@ -510,11 +635,12 @@ def _next_margin(watched: List[Watched], margin_ms: int) -> Optional[float]:
 
 def collect_due(event: Event, picked: List[Agent]) -> bool:
     """Whether `event` calls for an in-life collect: a `settled` or a
-    `deadline` of an agent on a host with `deadlineAt` or `idleReclaimMs`."""
+    `deadline` of an agent on a host with `deadlineAt` or `idleReclaimMs`
+    that has a worktree (an agent without one has nothing to collect)."""
     if event.event not in ("settled", "deadline"):
         return False
     agent = next((a for a in picked if a.agent == event.agent), None)
-    if agent is None:
+    if agent is None or trees.of_agent(agent.agent) is None:
         return False
     _, host = _records(agent)
     return hosting.reclaims(host)

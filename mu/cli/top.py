@@ -4,7 +4,8 @@ Usage:
 
 A live, read-only view of the crew in the terminal: the agents (turn,
 runs, how long in that state, the last text's first line, a blocked
-question), the tasks, the hosts and the notices.  It never acts: for the
+question), the tasks, the hosts and the notices (a blocked agent's first,
+with the `mu answer` that resolves it).  It never acts: for the
 selected agent it shows the commands that would.
 
 Keys: up/down or k/j move, enter opens the agent (its recent output),
@@ -241,7 +242,9 @@ def _commands(selected: Optional[AgentRow]) -> List[str]:
     name = shlex.quote(selected.agent)
     acts = [f"mu send {name} '<text>'", f"mu collect {name}", f"mu agent close {name}"]
     if selected.turn == "blocked":
-        acts.insert(0, f"mu answer {name} <key>...")
+        from mu.agents import blocks
+
+        acts.insert(0, blocks.of(selected.agent, selected.question).command)  # its first key, or any text
     if selected.turn == "busy":
         acts.insert(1, f"mu interrupt {name} '<text>'")
     return [f"{selected.agent}: " + "   ".join(acts)]

@@ -1,21 +1,25 @@
 """
 Usage:
-  mu wait [<agent>...] [--task <task>]... [--all] [--after <runs>] [--timeout <s>] [--json]
+  mu wait [<agent>...] [--task <task>]... [--all] [--after <runs> | --new] [--timeout <s>] [--json]
 
 Waits for the first event among the agents (every live agent when none is
-named) and prints it: settled (a turn past the cursor settled), dead (its
-job ended or was lost), restarted (its channel restarted) or deadline (its
-host reached its deadline margin: exit 7).  A task's events: closed,
+named) and prints it: settled (a turn past the cursor settled), blocked
+(its turn waits on a question: a person must act, exit 6; the line names
+the `mu answer` that resolves it), dead (its job ended or was lost),
+restarted (its channel restarted) or deadline (its host reached its
+deadline margin: exit 7).  A task's events: closed,
 reaped (its agent's job ended, or the agent closed: the task is open
 again), rejected, deferred; one that came after the task's last claim
 counts even when it came before the wait started.
 
 Options:
-  --after <runs>   Wait for a turn past this many runs Without it: the baseline of the agent's last delivery, else its runs now.
+  --after <runs>   Wait for a turn past this many runs. Without it: the baseline of the agent's last delivery, else its runs now.
+  --new            Wait only for what happens after the wait starts (the cursor is the runs now).
   --task <task>    Wait for this task's event too (repeat for more).
   --all            Wait for an event of every named agent and task, each printed as it comes.
   --timeout <s>    Give up after this many seconds: exit 124.
-  --json           Print one JSON document on stdout (agent, event, observation) and nothing else there.
+  --json           Print one JSON document on stdout (agent, event, observation, detail; a block's question, keys
+                   and command) and nothing else there.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ def run(args: Dict[str, Any]) -> int:
     after = _after(args["--after"])
     timeout = _timeout(args["--timeout"])
     as_json = bool(args["--json"])
+    new = bool(args["--new"])
 
     def report(result: api.WaitResult) -> None:
         # printed before the in-life collect that may follow the event
@@ -44,12 +49,12 @@ def run(args: Dict[str, Any]) -> int:
     tasks = args["--task"] or []
     if args["--all"]:
         if as_json:  # one document: every event, once they have all come
-            seen = api.wait_all(args["<agent>"], tasks, after, timeout)
+            seen = api.wait_all(args["<agent>"], tasks, after, timeout, new=new)
             emit_json([r.as_json() for r in seen])
         else:
-            seen = api.wait_all(args["<agent>"], tasks, after, timeout, report)
+            seen = api.wait_all(args["<agent>"], tasks, after, timeout, report, new=new)
         return max(r.exit_code for r in seen)
-    result = api.wait(args["<agent>"], after, timeout, report, tasks=tasks)
+    result = api.wait(args["<agent>"], after, timeout, report, tasks=tasks, new=new)
     collected = result.collected or {}
     if collected and not collected.get("ok"):
         # the event stands (its exit code too); the collect after it is told apart
@@ -85,11 +90,21 @@ def _show(result: api.WaitResult) -> None:
         emit(f"task {result.task} {result.event}{who}" + (f": {detail['text']}" if detail.get("text") else ""))
     elif result.event == "settled":
         seen = result.observation or {}
-        emit(f"{result.agent} settled: {seen.get('status')}, runs {seen.get('runs')}, incarnation {seen.get('incarnation')}")
+        earlier = f" (it settled at {iso_ms(int(detail['settledAt']))}, before this wait began)" \
+            if detail.get("beforeWait") and isinstance(detail.get("settledAt"), int) else ""
+        emit(f"{result.agent} settled: {seen.get('status')}, runs {seen.get('runs')}, incarnation"
+             f" {seen.get('incarnation')}{earlier}")
         if seen.get("lastError"):
             emit(f"error: {seen['lastError']}")
         if seen.get("lastText") is not None:
             emit(str(seen["lastText"]).rstrip("\n") + (" [cut]" if seen.get("lastTextTruncated") else ""))
+    elif result.event == "blocked":
+        keys = result.keys
+        also = f" (keys: {' | '.join(keys)})" if len(keys) > 1 else ""
+        since = detail.get("since")
+        earlier = f" (blocked since {iso_ms(since)}, before this wait began)" \
+            if detail.get("beforeWait") and isinstance(since, int) else ""
+        emit(f"{result.agent} blocked: {result.question}: a person must answer: `{result.command}`{also}{earlier}")
     elif result.event == "dead":
         why = ", ".join(f"{k} {v}" for k, v in detail.items() if k != "state")
         emit(f"{result.agent} dead: its job is {detail.get('state')}{f' ({why})' if why else ''}")

@@ -259,6 +259,24 @@ MIGRATIONS: list[str] = [
         SELECT id, created_at, claimed_by, 'claim', claimed_by FROM tasks
         WHERE claimed_by IS NOT NULL ORDER BY created_at, rowid;
     """,
+    # 11: an agent's `blocked` turn, fired by `mu wait` once per block (as a
+    # deadline is once per host per deadline): the row is the proof it
+    # fired, so a second wait, or one racing it, does not fire it again.  A
+    # block is the agent, its job, the incarnation and runs its channel
+    # reported, when the block began (`since`) and what it asks (`pending`,
+    # which holds the keys); an answer ends it, and the next block is new.
+    """
+    CREATE TABLE block_events (
+        agent        TEXT NOT NULL,       -- <workstream>/<name>
+        job          TEXT NOT NULL,       -- the job's token ('' when none)
+        incarnation  INTEGER NOT NULL,    -- -1 when the channel named none
+        runs         INTEGER NOT NULL,    -- -1 when the channel named none
+        since        INTEGER NOT NULL,    -- epoch ms the turn became blocked
+        pending      TEXT NOT NULL,       -- the question, as the channel reported it
+        fired_at     INTEGER NOT NULL,    -- epoch ms
+        PRIMARY KEY (agent, job, incarnation, runs, since, pending)
+    );
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
