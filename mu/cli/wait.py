@@ -18,8 +18,7 @@ Options:
   --task <task>    Wait for this task's event too (repeat for more).
   --all            Wait for an event of every named agent and task, each printed as it comes.
   --timeout <s>    Give up after this many seconds: exit 124.
-  --json           Print one JSON document on stdout (agent, event, observation, detail; a block's question, keys
-                   and command) and nothing else there.
+  --json           Print one JSON document on stdout and nothing else there (a block's also has question, keys, command).
 """
 
 from __future__ import annotations
