@@ -117,7 +117,9 @@ def say(text):
 
 
 def first_line(text, limit=200):
-    for line in (text or "").splitlines():
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    for line in text.splitlines():
         if line.strip():
             line = line.strip()
             return line if len(line) <= limit else line[:limit - 3] + "..."
@@ -267,6 +269,7 @@ class Harness:
         self.proc = None
         self.stderr_tail = []
         self.lock = threading.Lock()
+        self.log_lock = threading.Lock()  # harness.log: its stderr and the lines skipped
 
     def spawn(self, argv):
         try:
@@ -279,16 +282,63 @@ class Harness:
         threading.Thread(target=self._errors, args=(proc,), daemon=True).start()
 
     def _read(self, proc):
-        for raw in proc.stdout:
+        """Its stdout, one JSON event a line, until it ends.  Whatever bytes
+        the harness prints, this thread neither dies nor stops reading: a
+        line that is not a JSON object, or that translate() cannot read, is
+        logged (harness.log and the pane) and skipped, and the process's
+        exit is always put on `events`, so a turn never waits on a reader
+        that is gone (docs/harnesses.md, "What the bridge writes")."""
+        try:
+            for raw in _lines(proc.stdout):
+                self._take(proc, raw)
+        except Exception as exc:  # noqa: BLE001 (a read that fails ends the reading, never the exit's report)
+            self.skipped("its output could not be read: %s" % (exc,))
+        finally:
             try:
-                message = json.loads(raw.decode("utf-8", "replace"))
-            except ValueError:
-                continue
-            if isinstance(message, dict):
-                for event in self.translate(message):
-                    self.events.put((proc, event))
-        proc.wait()
-        self.events.put((proc, ("exit", proc.returncode)))
+                proc.wait()
+            finally:
+                self.events.put((proc, ("exit", proc.returncode)))
+
+    def _take(self, proc, raw):
+        """One line of the harness's output: its events on `events`, or the line skipped."""
+        if raw is None:
+            self.skipped("a line longer than %d bytes" % MAX_LINE)
+            return
+        if not raw.strip():
+            return
+        try:
+            message = json.loads(raw.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            self.skipped("a line that is not JSON", raw)
+            return
+        if not isinstance(message, dict):
+            self.skipped("a line that is not a JSON object", raw)
+            return
+        try:
+            found = list(self.translate(message))
+        except Exception as exc:  # noqa: BLE001 (an event of a shape not foreseen: skipped, never fatal)
+            self.skipped("an event of a shape the bridge cannot read (%s: %s)" % (type(exc).__name__, exc), raw)
+            return
+        for event in found:
+            if _well_formed(event):
+                self.events.put((proc, event))
+            else:
+                self.skipped("an event of a shape the bridge cannot read (%s)" % _brief(list(event), 80), raw)
+
+    def skipped(self, why, raw=b""):
+        """Say that a line of the harness's output was skipped: in the pane,
+        and in harness.log beside its stderr, with the line's start."""
+        shown = raw[:200].decode("utf-8", "replace").rstrip() if raw else ""
+        line = "mu-bridge: skipped %s from %s%s" % (why, self.name, ": " + shown if shown else "")
+        say(first_line(line, 300))
+        folder = os.environ.get(DIR_VAR)
+        if not folder:
+            return
+        try:
+            with self.log_lock, open(os.path.join(folder, "harness.log"), "ab") as log:
+                log.write(line.encode("utf-8", "replace") + b"\n")
+        except OSError:
+            pass
 
     def _errors(self, proc):
         """Its stderr: the last lines kept for a failed start's message, all
@@ -299,16 +349,22 @@ class Harness:
             log = open(os.path.join(folder, "harness.log"), "ab") if folder else None
         except OSError:
             pass
-        for raw in proc.stderr:
-            self.stderr_tail = (self.stderr_tail + [raw.decode("utf-8", "replace").rstrip()])[-5:]
+        try:
+            for raw in _lines(proc.stderr):
+                raw = raw if raw is not None else b"(a line longer than %d bytes)\n" % MAX_LINE
+                self.stderr_tail = (self.stderr_tail + [raw.decode("utf-8", "replace").rstrip()])[-5:]
+                if log is not None:
+                    try:
+                        with self.log_lock:
+                            log.write(raw)
+                            log.flush()
+                    except OSError:
+                        pass
+        except (OSError, ValueError):
+            pass
+        finally:
             if log is not None:
-                try:
-                    log.write(raw)
-                    log.flush()
-                except OSError:
-                    pass
-        if log is not None:
-            log.close()
+                log.close()
 
     def write(self, value):
         with self.lock:
@@ -360,12 +416,14 @@ class Claude(Harness):
 
     def translate(self, event):
         kind = event.get("type")
-        if kind == "control_response" and (event.get("response") or {}).get("request_id") == "mu-init":
+        if kind == "control_response" and _dict(event.get("response")).get("request_id") == "mu-init":
             return [("ready", self.session)]
         if kind == "assistant":
             found = []
-            for block in (event.get("message") or {}).get("content") or []:
-                if block.get("type") == "text" and block.get("text"):
+            for block in _list(_dict(event.get("message")).get("content")):
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
                     found.append(("text", block["text"]))
                 elif block.get("type") == "tool_use":
                     found.append(("tool", block.get("name"), block.get("input")))
@@ -384,10 +442,10 @@ class Claude(Harness):
             text, self.last_text = self.last_text, None
             return [("done", event.get("command_uuid"), text)]
         if kind == "control_request":
-            request = event.get("request") or {}
+            request = _dict(event.get("request"))
             if request.get("subtype") == "can_use_tool":
-                return [("ask", event.get("request_id"), request.get("tool_name") or "a tool",
-                         request.get("input") or {})]
+                return [("ask", event.get("request_id"), _text(request.get("tool_name")) or "a tool",
+                         _dict(request.get("input")))]
         return []
 
     def user(self, key, text, steer=False):
@@ -460,7 +518,7 @@ class Codex(Harness):
         self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     def translate(self, message):
-        rid, method, params = message.get("id"), message.get("method"), message.get("params") or {}
+        rid, method, params = message.get("id"), message.get("method"), _dict(message.get("params"))
         if method is None:  # a response to one of ours
             return self._answered(rid, message)
         if rid is not None:  # a request of the server's: an approval or a question
@@ -471,9 +529,9 @@ class Codex(Harness):
             self.asked[rid] = method
             return [("ask", rid, tool, shown)]
         if method == "turn/started":
-            self.turn = (params.get("turn") or {}).get("id")
+            self.turn = _dict(params.get("turn")).get("id")
         elif method == "item/started":
-            item = params.get("item") or {}
+            item = _dict(params.get("item"))
             if item.get("type") == "userMessage" and item.get("clientId"):
                 keys = self.keys.setdefault(params.get("turnId"), [])
                 if item["clientId"] not in keys:
@@ -481,12 +539,12 @@ class Codex(Harness):
             elif item.get("type") == "commandExecution":
                 return [("tool", "shell", {"command": item.get("command")})]
         elif method == "item/completed":
-            item = params.get("item") or {}
+            item = _dict(params.get("item"))
             if item.get("type") == "agentMessage" and item.get("text"):
                 self.texts[params.get("turnId")] = item["text"]
                 return [("text", item["text"])]
         elif method == "turn/completed":
-            turn = params.get("turn") or {}
+            turn = _dict(params.get("turn"))
             done = turn.get("id")
             text = self.texts.pop(done, None)
             if turn.get("status") == "failed" and text is None:
@@ -516,18 +574,18 @@ class Codex(Harness):
             self._open_thread()
             return []
         if rid == "mu-thread":
-            thread = ((result or {}).get("thread") or {}).get("id")
+            thread = _dict(_dict(result).get("thread")).get("id")
             if error is not None or not thread:
                 return [("failed", "its thread could not start: %s" % _brief(error))]
             self.thread = thread
-            self.model = (result or {}).get("model")
-            sandbox = (result or {}).get("sandbox") or {}
+            self.model = _dict(result).get("model")
+            sandbox = _dict(result).get("sandbox") or {}
             say("mu-bridge: codex thread %s: sandbox %s, approvals %s" % (
-                thread, sandbox.get("type") if isinstance(sandbox, dict) else sandbox, (result or {}).get("approvalPolicy")))
+                thread, sandbox.get("type") if isinstance(sandbox, dict) else sandbox, _dict(result).get("approvalPolicy")))
             return [("ready", thread)]
         if isinstance(rid, str) and rid.startswith("mu-turn-"):
             key = rid[len("mu-turn-"):]
-            turn = ((result or {}).get("turn") or {}).get("id")
+            turn = _dict(_dict(result).get("turn")).get("id")
             if turn:
                 self.turn = self.turn or turn
                 keys = self.keys.setdefault(turn, [])
@@ -573,7 +631,7 @@ class Codex(Harness):
     def permit(self, request_id, allow, tool_input, reply, keys=()):
         if self.asked.pop(request_id, None) == "item/tool/requestUserInput":
             # the answer to each question: the answer's keys (ToolRequestUserInputResponse)
-            questions = (tool_input or {}).get("questions") or []
+            questions = _list(_dict(tool_input).get("questions"))
             answers = {q.get("id"): {"answers": list(keys)} for q in questions if isinstance(q, dict)}
             self.write({"jsonrpc": "2.0", "id": request_id, "result": {"answers": answers}})
             return
@@ -620,7 +678,7 @@ class Pi(Harness):
     def translate(self, event):
         kind = event.get("type")
         if kind == "response" and event.get("id") == "mu-init":
-            data = event.get("data") or {}
+            data = _dict(event.get("data"))
             if not event.get("success") or not isinstance(data.get("sessionFile"), str):
                 return [("failed", "its state could not be read: %s" % _brief(event.get("error")))]
             return [("ready", data["sessionFile"])]
@@ -631,11 +689,11 @@ class Pi(Harness):
                 return [("done", key, "Turn failed: %s" % first_line(str(event.get("error"))))]
             return []
         if kind == "message_end":
-            message = event.get("message") or {}
+            message = _dict(event.get("message"))
             if message.get("role") == "assistant":
-                texts = [b.get("text") for b in message.get("content") or []
+                texts = [b.get("text") for b in _list(message.get("content"))
                          if isinstance(b, dict) and b.get("type") == "text" and b.get("text")]
-                calls = [b for b in message.get("content") or [] if isinstance(b, dict) and b.get("type") == "toolCall"]
+                calls = [b for b in _list(message.get("content")) if isinstance(b, dict) and b.get("type") == "toolCall"]
                 found = [("text", "\n".join(texts))] if texts else []
                 if texts:
                     self.last_text = "\n".join(texts)
@@ -703,6 +761,53 @@ def _file_holds(path, text):
             return text.encode() in f.read()
     except OSError:
         return False
+
+
+MAX_LINE = 64 << 20  # a longer line of a harness's output is skipped, never held whole
+
+
+def _lines(stream):
+    """The stream's lines, as bytes; a line over MAX_LINE is read to its end
+    in pieces and given as None (so one huge line never fills memory)."""
+    while True:
+        line = stream.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE and not line.endswith(b"\n"):
+            while True:
+                more = stream.readline(1 << 20)
+                if not more or more.endswith(b"\n"):
+                    break
+            yield None
+            continue
+        yield line
+
+
+# What each event the readers put on `events` holds (the comment above
+# Harness): anything else is a translation of a malformed line, skipped.
+_SHAPES = {"ready": (str,), "failed": (str,), "text": (str,), "tool": (object, object),
+           "ask": (object, str, object), "done": (str, (str, type(None)))}
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value):
+    return value if isinstance(value, str) else ""
+
+
+def _list(value):
+    return value if isinstance(value, list) else []
+
+
+def _well_formed(event):
+    shape = _SHAPES.get(event[0]) if isinstance(event, tuple) and event else None
+    if shape is None or len(event) != len(shape) + 1:
+        return False
+    if event[0] == "ask" and not isinstance(event[1], (str, int)):
+        return False
+    return all(isinstance(value, kind) for value, kind in zip(event[1:], shape))
 
 
 def _die_with_parent():
@@ -1002,7 +1107,7 @@ class Bridge:
         if tool in ("AskUserQuestion", "question") and isinstance(questions, list):
             asked = [q for q in questions if isinstance(q, dict)]
             question = "%s asks: %s" % (self.harness.name, " / ".join(first_line(q.get("question"), 150) for q in asked))
-            labels = [o.get("label") for q in asked[:1] for o in q.get("options") or []
+            labels = [o.get("label") for q in asked[:1] for o in _list(q.get("options"))
                       if isinstance(o, dict) and isinstance(o.get("label"), str)]
             keys = " | ".join(labels) if labels else "<your answer>"
         elif tool in ("AskUserQuestion", "question"):

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A fake harness that misbehaves on purpose: it speaks just enough of
+Claude Code's stream-json, Codex's app-server or pi's RPC mode for
+mu-bridge to drive it, and prints bad lines among its events.
+
+    fake_harness.py (claude | codex | pi) [the harness's own arguments...]
+
+It answers the bridge's start as the real one does.  For each message it
+is given, it prints the bytes of the file $FAKE_HARNESS_LINES (any bytes:
+lines that are not JSON, events of the wrong shape), then a good end of
+the turn whose text is "FAKE: <the message's text>".  With
+$FAKE_HARNESS_EXIT set, once a message whose text is "exit" arrives it
+prints the bad lines again and exits with that code.  Standard library
+only.
+"""
+
+import json
+import os
+import sys
+
+NAME = sys.argv[1] if len(sys.argv) > 1 else "claude"
+LINES = os.environ.get("FAKE_HARNESS_LINES")
+
+
+def out(value):
+    sys.stdout.buffer.write(json.dumps(value).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def bad_lines():
+    if LINES:
+        with open(LINES, "rb") as f:
+            data = f.read()
+        sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def maybe_exit(text):
+    if text == "exit" and os.environ.get("FAKE_HARNESS_EXIT"):
+        bad_lines()
+        sys.exit(int(os.environ["FAKE_HARNESS_EXIT"]))
+
+
+def claude(message):
+    if message.get("type") == "control_request":
+        out({"type": "control_response", "response": {"subtype": "success",
+                                                       "request_id": message.get("request_id"), "response": {}}})
+    elif message.get("type") == "user":
+        key = message.get("uuid")
+        text = message["message"]["content"][0]["text"]
+        maybe_exit(text)
+        out({"type": "command_lifecycle", "command_uuid": key, "state": "started"})
+        bad_lines()
+        out({"type": "assistant", "message": {"content": [{"type": "text", "text": "FAKE: " + text}]}})
+        out({"type": "result", "subtype": "success", "result": "FAKE: " + text})
+        out({"type": "command_lifecycle", "command_uuid": key, "state": "completed"})
+
+
+def codex(message):
+    rid, method, params = message.get("id"), message.get("method"), message.get("params") or {}
+    if rid is None or method is None:
+        return
+    if method in ("thread/start", "thread/resume"):
+        out({"jsonrpc": "2.0", "id": rid, "result": {"thread": {"id": "fake-thread"}, "model": "fake",
+                                                     "sandbox": {"type": "fake"}, "approvalPolicy": "fake"}})
+    elif method == "turn/start":
+        text = params["input"][0]["text"]
+        maybe_exit(text)
+        turn = "fake-turn-%s" % params.get("clientUserMessageId")
+        out({"jsonrpc": "2.0", "id": rid, "result": {"turn": {"id": turn}}})
+        out({"jsonrpc": "2.0", "method": "turn/started", "params": {"turn": {"id": turn}}})
+        bad_lines()
+        out({"jsonrpc": "2.0", "method": "item/completed",
+             "params": {"turnId": turn, "item": {"type": "agentMessage", "text": "FAKE: " + text}}})
+        out({"jsonrpc": "2.0", "method": "turn/completed", "params": {"turn": {"id": turn, "status": "completed"}}})
+    else:
+        out({"jsonrpc": "2.0", "id": rid, "result": {}})
+
+
+def pi(message):
+    if message.get("type") == "get_state":
+        out({"type": "response", "id": message.get("id"), "success": True,
+             "data": {"sessionFile": os.path.abspath("fake-session.jsonl")}})
+    elif message.get("type") == "prompt":
+        text = message.get("message")
+        maybe_exit(text)
+        out({"type": "response", "id": message.get("id"), "command": "prompt", "success": True})
+        out({"type": "agent_start"})
+        bad_lines()
+        out({"type": "message_end", "message": {"role": "assistant",
+                                                "content": [{"type": "text", "text": "FAKE: " + text}]}})
+        out({"type": "agent_end"})
+
+
+def main():
+    speak = {"claude": claude, "codex": codex, "pi": pi}[NAME]
+    for raw in sys.stdin.buffer:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            speak(message)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
