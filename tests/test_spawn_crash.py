@@ -164,17 +164,34 @@ def box_stopped(box: Box) -> bool:
     return all((job / "stopped.json").exists() for job in box.jobs())
 
 
-def test_a_start_killed_before_it_was_sent_starts_nothing(bound_box):
-    # a file-handle kind never acts on a lookup's none (protocol): the
-    # outcome stays unknown, naming the key, and no job exists at the provider
+def test_a_start_killed_before_it_was_sent_is_rolled_back_by_close(bound_box):
+    # the intent keeps no --env value, and its writer marks it sent before
+    # the request's first byte: unmarked, it was never sent, so the next
+    # verb rolls it back (no lookup needed) and says to spawn again
     crashed = spawn("intent-written@job.start")
     assert crashed.returncode == -signal.SIGKILL
-    closed = run_mu("agent", "close", "w/a")
-    assert closed.returncode == 1
     [(key,)] = bound_box.sql("SELECT key FROM effects")
-    assert key in closed.stderr
-    assert bound_box.jobs() == [] or not any((j / "pid.json").exists() for j in bound_box.jobs())
+    closed = run_mu("agent", "close", "w/a")
+    assert closed.returncode == 0, closed.stderr
+    assert "never sent" in closed.stdout and "run the spawn again" in closed.stdout
+    records_empty(bound_box)
+    assert not any((j / "pid.json").exists() for j in bound_box.jobs())
     quiet()
+
+
+def test_the_same_spawn_again_starts_afresh_after_a_kill_before_the_start_was_sent(bound_box):
+    crashed = spawn("intent-written@job.start")
+    assert crashed.returncode == -signal.SIGKILL
+    [(first,)] = bound_box.sql("SELECT token FROM jobs")
+    again = spawn()
+    assert again.returncode == 0, again.stderr
+    [(token,)] = bound_box.sql("SELECT token FROM jobs")
+    assert token != first  # the first was rolled back, never sent
+    assert "never sent" in run_mu("log", "--grep", "spawning afresh").stdout
+    quiet_but_the_job = [j for j in bound_box.jobs() if (j / "pid.json").exists()]
+    assert len(quiet_but_the_job) == 1
+    assert run_mu("agent", "close", "w/a").returncode == 0
+    records_empty(bound_box)
 
 
 # -- SIGKILL at each crash point of job.stop ---------------------------------------------------
@@ -254,6 +271,10 @@ def test_a_signal_before_the_start_is_sent_starts_nothing(bound_box):
     quiet()
     assert not any((j / "pid.json").exists() for j in bound_box.jobs())
     assert [m for (m,) in bound_box.sql("SELECT method FROM effects")] == ["job.start"]
+    closed = run_mu("agent", "close", "w/a")  # never sent: rolled back
+    assert closed.returncode == 0, closed.stderr
+    assert "never sent" in closed.stdout
+    records_empty(bound_box)
 
 
 def test_a_signal_during_the_first_delivery_keeps_the_agent_and_owes_the_delivery(bound_box):

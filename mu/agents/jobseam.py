@@ -19,7 +19,7 @@ from mu.effects import engine
 from mu.effects.engine import Resolver
 from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
-from mu.errors import Refused
+from mu.errors import Refused, UnknownOutcome
 from mu.runtime import groups, identity
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
@@ -133,6 +133,9 @@ def roll_back(conn: sqlite3.Connection, job: Job) -> None:
 
 def remedy(job: Job):
     def hint(intent) -> str:
+        if intent.method == "job.start" and intent.withheld is not None:
+            return (f"the same `mu agent spawn {job.agent}` again, with the same --env values (mu keeps only their"
+                    f" names and digest), or `mu agent close {job.agent}`, resolves it (key {intent.key})")
         if intent.method == "job.start":
             return f"the same `mu agent spawn {job.agent}` again, or `mu agent close {job.agent}`, resolves it (key {intent.key})"
         return f"`mu agent close {job.agent}` resolves it (key {intent.key})"
@@ -147,14 +150,34 @@ def resolve(client: PluginClient, job: Job) -> str:
     return resolve_start(client, job)[0]
 
 
-def resolve_start(client: PluginClient, job: Job) -> Tuple[str, Optional[Dict[str, Any]]]:
+NEVER_SENT = "none: the earlier start was never sent, so it is rolled back"
+NOT_KEPT = "run the spawn again to start it (mu keeps no --env value to send it with)"
+
+
+def resolve_start(client: PluginClient, job: Job,
+                  env: Optional[Dict[str, str]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
     """`resolve`, and the start's result when a start resolved `found` (the
     lookup's `found`, or the resend's reply): its `view` and `baseline`
-    serve the spawn that completes it."""
+    serve the spawn that completes it.
+
+    A start's intent keeps its `--env` values only as names and a digest
+    (`mu.store.intents`).  One never sent (its writer died before it
+    marked it sent) is rolled back at once, without asking the plugin: the
+    job never got its env, and mu cannot give it.  Else it is looked up;
+    a resend (a kind without lookup, inside its dedupe window) needs the
+    values again: `env`, from the same spawn run again, when their digest
+    matches; without them the start stays unknown."""
     intent = intents.pending(job.subject)
     if intent is None:
         return "", None
     seen: Dict[str, Any] = {}
+    if intent.method == "job.start" and intent.never_sent:
+        resolver = Resolver(client, intent, remedy(job))
+        resolver.claim()  # refuses while its writer lives: it may be about to send it
+        resolver.done(lambda conn, _: roll_back(conn, job), "none")
+        return f"{NEVER_SENT}; {NOT_KEPT}", None
+    if intent.withheld is not None and env is not None:
+        intent = intents.restored(intent, env) or intent
 
     def found(conn: sqlite3.Connection, result: Any) -> None:
         record_start(conn, job, result)
@@ -166,8 +189,25 @@ def resolve_start(client: PluginClient, job: Job) -> Tuple[str, Optional[Dict[st
     def changed(conn: sqlite3.Connection, reason: str) -> None:
         jobs.set_state(conn, job.token, "stop-changed")
 
-    outcome = resolve_by_rule(resolver, Outcomes(
-        caps=seam.get("start") or {},
+    caps = dict(seam.get("start") or {})
+    if intent.withheld is not None:
+        caps.pop("dedupe", None)  # no values to resend: only a lookup can tell
+    try:
+        outcome = resolve_by_rule(resolver, _outcomes(caps, seam, found, job, changed))
+    except UnknownOutcome as failure:
+        if intent.withheld is not None and not (seam.get("start") or {}).get("lookup"):
+            failure.message += "; its --env values are not kept, so only the same spawn, given them again, can resend it"
+        raise
+    if outcome.startswith("none"):
+        outcome += f"; {NOT_KEPT}" if intent.withheld is not None else ""
+    if outcome == "stop-changed":
+        require_instance(client, job)
+    return outcome, seen.get("result")
+
+
+def _outcomes(caps: Dict[str, Any], seam: Dict[str, Any], found, job: Job, changed) -> Outcomes:
+    return Outcomes(
+        caps=caps,
         lookup="job.lookup",
         check_start=check_start(seam),
         check_lookup=lambda answer: result_problem("job.lookup", answer),
@@ -176,10 +216,7 @@ def resolve_start(client: PluginClient, job: Job) -> Tuple[str, Optional[Dict[st
         stopped=lambda conn, _: _remove(conn, job),
         changed=changed,
         never_none=seam.get("handle") == "file",  # protocol: a file-handle kind never acts on none
-    ))
-    if outcome == "stop-changed":
-        require_instance(client, job)
-    return outcome, seen.get("result")
+    )
 
 
 def stop(client: PluginClient, host: Host, job: Job, *, failed_spawn: bool = False) -> None:

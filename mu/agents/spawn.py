@@ -435,11 +435,15 @@ def _resume(client, host: ProviderHost, earlier: jobs.Job, plan: Plan) -> Option
     refused, and `mu agent close` resolves it."""
     request = plan.request
     intent = intents.pending(earlier.subject)
-    if intent is not None and intent.method == "job.start" and intent.params.get("spec") != _spec(plan, earlier.first_msg_id):
+    spec = _spec(plan, earlier.first_msg_id)
+    # the intent keeps the --env values only as their names and digest: the
+    # same spawn is told by them, and gives them back for a resend
+    if intent is not None and intent.method == "job.start" and not intents.same_but_withheld(intent, {"spec": spec},
+                                                                                               "spec"):
         raise Refused(f"an earlier spawn of {request.agent}, with another spec, has an unknown outcome (key {intent.key})",
                       f"`mu agent close {request.agent}` resolves it")
     try:
-        resolved, found = jobseam.resolve_start(client, earlier)
+        resolved, found = jobseam.resolve_start(client, earlier, env=spec["env"])
     except UnknownOutcome as failure:
         if earlier.first_msg_id is not None and intent is not None and intent.method == "job.start":
             raise _first_unknown(request.agent, earlier.first_msg_id, failure, earlier.token) from None

@@ -91,6 +91,12 @@ def perform(
         )
     journal().record(f"intent {method} {subject} key={key}", plugin=client.name)
     crashpoints.reach("intent-written", method)
+    if intents.withholds(method):
+        # its values are not kept, so it is never resent: mark it before its
+        # first byte goes, and an unmarked intent is proven never sent (a
+        # StateError here passes through: nothing was sent, and the intent
+        # says so)
+        intents.mark_sent(intent)
     return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s, remedy=remedy)
 
 
@@ -114,6 +120,9 @@ def _send(
     remedy: Optional[Remedy],
 ) -> Any:
     method, subject = intent.method, intent.subject
+    if intent.withheld is not None:
+        # read back without its withheld values: sending it would send others
+        raise unknown(intent, "its params were kept without their --env values, so they cannot be sent again", remedy)
     timeout_s = timeout_s or effect_timeout_s()
     try:
         result = client.call(method, intent.params, timeout_s=timeout_s)

@@ -13,6 +13,16 @@ intent record runs with `secure_delete` on, so the bytes of a record that
 is rewritten (a resolver's claim) or deleted are zeroed in the file
 instead of lingering in sqlite's free space: once an intent is resolved,
 its params are nowhere in the database.
+
+A job's `--env` values are never written at all (docs/DECISIONS.md, "An
+--env value reaches the job and nothing else").  A `job.start` intent
+keeps `spec.env`'s names and a digest of the values (`env_digest`, salted
+with the effect key) under the stored JSON's `$withheld`, and whether the
+request may have been sent (`sent`, set by `mark_sent` before its first
+byte is written).  The record read back has `withheld` set and no values:
+it cannot be resent until `restored` with the same values (the same
+spawn, given them again).  An intent written before this rule keeps its
+values and reads as before.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from mu.ids import uuid7
 from mu.store import db
@@ -31,6 +41,37 @@ def params_digest(params: Dict[str, Any]) -> str:
 
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# The params an effect's intent never keeps the values of: (method, path).
+WITHHELD = {"job.start": ("spec", "env")}
+WITHHELD_KEY = "$withheld"
+
+
+def env_digest(key: str, env: Dict[str, str]) -> str:
+    """sha256 over the sorted name=value pairs, salted with the effect key:
+    the same values give the same digest for this key only."""
+    import hashlib
+
+    text = json.dumps([key, sorted(env.items())], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _split(method: str, key: str, params: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """(the params as stored, what was withheld of them): the values at the
+    method's WITHHELD path leave the stored copy; their names and digest stay."""
+    path = WITHHELD.get(method)
+    if path is None:
+        return params, None
+    outer, inner = path
+    part = params.get(outer)
+    if not isinstance(part, dict) or not isinstance(part.get(inner), dict):
+        return params, None
+    values = part[inner]
+    withheld = {"path": [outer, inner], "names": sorted(values), "sha256": env_digest(key, values), "sent": False}
+    stored = dict(params)
+    stored[outer] = {k: v for k, v in part.items() if k != inner}
+    return stored, withheld
 
 
 class IntentRecord(NamedTuple):
@@ -48,6 +89,19 @@ class IntentRecord(NamedTuple):
     written_at: int
     # the plugin processes resolvers sent the params to again (`resent`)
     resent_groups: Tuple[Tuple[int, float], ...] = ()
+    # what the record keeps of values it never stores (names, sha256,
+    # sent), or None when `params` is whole (see the module's docstring)
+    withheld: Optional[Dict[str, Any]] = None
+
+    @property
+    def never_sent(self) -> bool:
+        """Proven never sent: its values are withheld and its writer had
+        not yet marked it `sent` (it does so before the first byte)."""
+        return self.withheld is not None and not self.withheld.get("sent")
+
+    @property
+    def withheld_names(self) -> List[str]:
+        return list((self.withheld or {}).get("names") or [])
 
     @property
     def age_ms(self) -> int:
@@ -58,12 +112,22 @@ def _record(row: sqlite3.Row) -> IntentRecord:
     resolver = None
     if row["resolver_pid"] is not None:
         resolver = (row["resolver_pid"], row["resolver_started"])
+    params = json.loads(row["params"])
+    withheld = params.pop(WITHHELD_KEY, None) if isinstance(params, dict) else None
     return IntentRecord(
-        row["id"], row["subject"], row["method"], row["key"], json.loads(row["params"]), row["params_sha256"],
+        row["id"], row["subject"], row["method"], row["key"], params, row["params_sha256"],
         row["plugin"], row["instance"], (row["writer_pid"], row["writer_started"]),
         (row["plugin_pgid"], row["plugin_started"]), resolver, row["written_at"],
         tuple((int(g[0]), float(g[1])) for g in json.loads(row["resent_groups"])),
+        withheld if isinstance(withheld, dict) else None,
     )
+
+
+def _stored(params: Dict[str, Any], withheld: Optional[Dict[str, Any]]) -> str:
+    body = dict(params)
+    if withheld is not None:
+        body[WITHHELD_KEY] = withheld
+    return json.dumps(body, sort_keys=True)
 
 
 def _scrubbing(conn: sqlite3.Connection) -> None:
@@ -84,19 +148,72 @@ def write(
     writer: Tuple[int, float],
     plugin_group: Tuple[int, float],
 ) -> IntentRecord:
-    """Insert an intent inside the caller's transaction."""
+    """Insert an intent inside the caller's transaction.  The record
+    returned holds the whole params (the caller sends them); the stored
+    one holds none of the withheld values, and its digest is of what is
+    stored (which holds the values' digest)."""
     _scrubbing(conn)
+    stored, withheld = _split(method, key, params)
+    digest = params_digest(stored if withheld is None else dict(stored, **{WITHHELD_KEY: withheld}))
     record = IntentRecord(
-        uuid7(), subject, method, key, params, params_digest(params), plugin, instance, writer, plugin_group,
+        uuid7(), subject, method, key, params, digest, plugin, instance, writer, plugin_group,
         None, int(time.time() * 1000),
     )
     conn.execute(
         "INSERT INTO effects (id, subject, method, key, params, params_sha256, plugin, instance, writer_pid,"
         " writer_started, plugin_pgid, plugin_started, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (record.id, subject, method, key, json.dumps(params, sort_keys=True), record.params_sha256, plugin, instance,
+        (record.id, subject, method, key, _stored(stored, withheld), digest, plugin, instance,
          writer[0], writer[1], plugin_group[0], plugin_group[1], record.written_at),
     )
     return record
+
+
+def withholds(method: str) -> bool:
+    """Whether an intent of `method` keeps some values only as a digest."""
+    return method in WITHHELD
+
+
+def mark_sent(intent: IntentRecord) -> None:
+    """Record that the intent's request may now be on its way: written
+    before its first byte, so an intent still unmarked was never sent.
+    Only an intent that withholds values needs it (it cannot be resent)."""
+    with db.transaction() as conn:
+        _scrubbing(conn)
+        row = conn.execute("SELECT params FROM effects WHERE id = ?", (intent.id,)).fetchone()
+        if row is None:
+            return
+        body = json.loads(row["params"])
+        mark = body.get(WITHHELD_KEY)
+        if not isinstance(mark, dict) or mark.get("sent"):
+            return
+        mark["sent"] = True
+        conn.execute("UPDATE effects SET params = ? WHERE id = ?", (json.dumps(body, sort_keys=True), intent.id))
+
+
+def same_but_withheld(intent: IntentRecord, params: Dict[str, Any], part: str) -> bool:
+    """Whether `params[part]` (whole) is what the intent recorded under
+    `part`: the withheld values by their names and digest."""
+    stored, withheld = _split(intent.method, intent.key, params)
+    if intent.withheld is None:
+        return intent.params.get(part) == params.get(part)
+    if withheld is None:
+        return False
+    return (intent.params.get(part) == stored.get(part) and withheld["names"] == intent.withheld.get("names")
+            and withheld["sha256"] == intent.withheld.get("sha256"))
+
+
+def restored(intent: IntentRecord, values: Dict[str, str]) -> Optional[IntentRecord]:
+    """The intent with its withheld values given back, when `values` are
+    the ones it was written with (by their digest); None otherwise.  An
+    intent that withholds nothing is returned as it is."""
+    if intent.withheld is None:
+        return intent
+    if sorted(values) != intent.withheld.get("names") or env_digest(intent.key, values) != intent.withheld.get("sha256"):
+        return None
+    outer, inner = intent.withheld.get("path") or WITHHELD[intent.method]
+    params = dict(intent.params)
+    params[outer] = dict(params.get(outer) or {}, **{inner: dict(values)})
+    return intent._replace(params=params, withheld=None)
 
 
 def delete(conn: sqlite3.Connection, intent: IntentRecord) -> None:
@@ -128,6 +245,8 @@ def resent(intent: IntentRecord, group: Tuple[int, float]) -> IntentRecord:
     now stands.  Idempotent for a group already recorded."""
     if group == intent.plugin_group or group in intent.resent_groups:
         return intent
+    if intent.withheld is not None:
+        raise ValueError("an intent whose values are withheld cannot be resent")  # restored() first
     groups = intent.resent_groups + (group,)
     with db.transaction() as conn:
         conn.execute("UPDATE effects SET resent_groups = ? WHERE id = ?",

@@ -5,7 +5,9 @@ Both modes keep the job in hosts/<handle>/jobs/<k>/ and share these rules
 (processes.py says how a job runs, is watched and is stopped):
 
 - job.start checks the spec and records it (job.json) with the mode it
-  was started in; status, stop and attach follow the recorded mode, so
+  was started in, the env's names only: its values wait in env.json (mode
+  0600) until the job's wrapper reads and removes it, before the command
+  starts (a stop removes it too); status, stop and attach follow the recorded mode, so
   either registration reads either kind of job.  bound: the start answers
   a view that runs the job's wrapper, and job.status is unknown until a
   view claimed it.  detached: job.start answers only once the job's
@@ -37,7 +39,7 @@ from mu import sdk
 from mu.plugins.local.channel import first_prompt
 from mu.plugins.local.fields import digest_of, handle_of, inside, job_folder, key_of
 from mu.plugins.local.files import create_json, now_ms, read_json, write_json
-from mu.plugins.local.layout import JOB_FILE, PID_FILE, STOP_FILE, job_handle, job_name, job_token
+from mu.plugins.local.layout import ENV_FILE, JOB_FILE, PID_FILE, STOP_FILE, job_handle, job_name, job_token
 from mu.plugins.local.processes import end_job, job_state, launch, view_of
 from mu.plugins.local.turns import FIRST_INCARNATION
 
@@ -67,7 +69,10 @@ class JobSeam:
             raise sdk.Permanent("job key %s started a job on another host" % key)
 
         def act():
-            job = {"key": key, "params": digest, "cmd": spec["cmd"], "cwd": cwd, "env": spec.get("env", {}),
+            values = spec.get("env", {})
+            # job.json keeps the env's names only; the values wait in env.json
+            # (0600), which the job's wrapper removes before its command starts
+            job = {"key": key, "params": digest, "cmd": spec["cmd"], "cwd": cwd, "envNames": sorted(values),
                    "token": job_token(self.root, key), "view": self.view}
             if isinstance(spec.get("workstream"), str) and isinstance(spec.get("name"), str):
                 job["agent"] = "%s/%s" % (spec["workstream"], spec["name"])  # whose turns the channel reads
@@ -75,6 +80,7 @@ class JobSeam:
                 job["firstTurn"] = "at-start"
             try:
                 os.makedirs(folder, mode=0o700, exist_ok=True)
+                write_json(os.path.join(folder, ENV_FILE), {"env": values})  # mkstemp: mode 0600
                 write_json(os.path.join(folder, JOB_FILE), job)
                 if at_start:
                     # the first prompt waits in the inbox before the agent runs

@@ -27,6 +27,9 @@ PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}\Z")
 # the job folder's files
 JOB_FILE, PID_FILE, EXIT_FILE, STOP_FILE = "job.json", "pid.json", "exit.json", "stopped.json"
 LOG_FILE = "output.log"  # a detached job's stdout and stderr
+# the spec's env values (mode 0600), apart from job.json: the job's wrapper
+# reads them and removes the file before the command starts; a stop removes it
+ENV_FILE = "env.json"
 
 
 def host_handle(key: str) -> str:

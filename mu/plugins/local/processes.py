@@ -9,8 +9,10 @@
   (exit.json).  SIGTERM and SIGHUP are passed on to the command, so the
   status is still recorded.  The command has a terminal (`Terminal`): the
   pane's when the wrapper runs in one, else a pty of its own whose output
-  the wrapper copies to its own.  Once it started (or the job was
-  stopped), the spec's env values leave job.json (`forget_env`).
+  the wrapper copies to its own.  The spec's env values are never in
+  job.json: they wait in env.json (mode 0600), which the wrapper reads
+  and removes once it claimed the job, before the command starts, and a
+  stop removes (`forget_env`); a wrapper that finds it gone runs nothing.
 - bound: the start answers a view whose command is that wrapper: the pane
   runs the job, the plugin never does.
 - detached: the start runs a launcher (--launch-job), a helper of the
@@ -45,7 +47,7 @@ import time
 
 from mu import sdk
 from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree, write_json
-from mu.plugins.local.layout import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, STOP_FILE
+from mu.plugins.local.layout import ENV_FILE, EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, STOP_FILE
 
 STOP_GRACE_S = 2.0  # SIGTERM, then SIGKILL
 # the job folder, in every job's environment: where examples/mu-demo-agent
@@ -98,13 +100,15 @@ def _self_command(flag, folder, program):
     return " ".join(shlex.quote(a) for a in (sys.executable, program, flag, folder))
 
 
-def _job_env(base, job, folder):
-    """The job's environment: `base`, then the spec's env, then what the
+def _job_env(base, job, folder, values=None):
+    """The job's environment: `base`, then the spec's env (`values`, from
+    env.json; a job.json of an older plugin may hold them), then what the
     plugin gives every job (its token and its folder), which wins."""
     from mu.sdk import procs
 
     env = dict(base)
     env.update(job.get("env") or {})
+    env.update(values or {})
     env[procs.TOKEN_VAR] = job["token"]
     env[JOB_DIR_VAR] = folder
     return env
@@ -176,6 +180,7 @@ def launch_job(folder: str, program: str) -> int:
         sys.stderr.write("mu-plugin-local: cannot open the job's log: %s\n" % (exc.strerror or exc))
         return 1
     try:
+        # the wrapper reads the env's values from env.json itself: the launcher never holds them
         wrapper = subprocess.Popen([sys.executable, program, "--run-job", folder], cwd=folder,
                                    env=_job_env(os.environ, job, folder), stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=log, close_fds=True)
@@ -188,7 +193,9 @@ def launch_job(folder: str, program: str) -> int:
     while True:
         ended = wrapper.poll()
         claimed = read_json(os.path.join(folder, PID_FILE))
-        if claimed and claimed.get("pid") == wrapper.pid:
+        if claimed and claimed.get("pid") == wrapper.pid and (ended is not None or not os.path.exists(
+                os.path.join(folder, ENV_FILE))):
+            # claimed, and its env file read and gone: the start leaves no value behind
             sys.stdout.write(json.dumps(claimed) + "\n")
             return 0
         if ended is not None:
@@ -300,12 +307,31 @@ def end_job(folder: "str | None", token: "str | None") -> None:
         forget_env(folder)  # a stopped job never runs: nothing needs its env now
 
 
+def take_env(folder: str) -> "dict | None":
+    """The env's values from env.json, which goes: None when it is gone
+    (the job was stopped, or another wrapper took it)."""
+    path = os.path.join(folder, ENV_FILE)
+    record = read_json(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass
+    values = (record or {}).get("env")
+    return values if isinstance(values, dict) else {}
+
+
 def forget_env(folder: str) -> None:
-    """Drop the spec's env values from job.json, keeping their names
-    (`envNames`): they are kept only while the job may still need them,
-    until its command started or it was stopped (a value may be a secret
-    the person gave `--env`).  Every writer writes the same record, so two
+    """Remove env.json, and drop the env values a job.json of an older
+    plugin holds, keeping their names (`envNames`): a value (it may be a
+    secret the person gave `--env`) is kept only until the command started
+    or the job was stopped.  Every writer writes the same record, so two
     at once agree."""
+    try:
+        os.unlink(os.path.join(folder, ENV_FILE))
+    except OSError:
+        pass
     path = os.path.join(folder, JOB_FILE)
     job = read_json(path)
     if not job or "env" not in job:
@@ -381,9 +407,15 @@ def run_job(folder: str) -> int:
         create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
         sys.stderr.write("mu-plugin-local: job %s was stopped before it started\n" % job.get("key"))
         return 143
+    values = take_env(folder)  # read and removed before the command starts
+    if values is None and "env" not in job:
+        create_json(os.path.join(folder, EXIT_FILE), {"exit": None, "stopped": True, "at": now_ms()})
+        sys.stderr.write("mu-plugin-local: job %s has no env file (stopped meanwhile): nothing runs\n" % job.get("key"))
+        return 126
     terminal = Terminal()
     try:
-        child.append(subprocess.Popen(["sh", "-c", job["cmd"]], cwd=job["cwd"], env=_job_env(os.environ, job, folder),
+        child.append(subprocess.Popen(["sh", "-c", job["cmd"]], cwd=job["cwd"],
+                                      env=_job_env(os.environ, job, folder, values),
                                       stdin=terminal.stdin, stdout=terminal.stdout, stderr=terminal.stdout))
     except OSError as exc:
         terminal.close()

@@ -16,8 +16,9 @@ config, finds a job by its key there (`job.lookup` after a crash).  See
 
 What a caller may rely on:
 
-- `job.start` records the spec, claims the key once (`mkdir claim`), then
-  starts the session; the same key with the same spec answers the same
+- `job.start` records the spec (its env in a file of mode 0600 that the
+  job reads and removes before its command starts), claims the key once
+  (`mkdir claim`), then starts the session; the same key with the same spec answers the same
   view without starting anything, another spec is refused.  The job runs
   `sh -c <cmd>` in its cwd (read inside the work folder when relative)
   with the spec's env, then `MU_SSH_JOB=<the job's token>` and
@@ -161,14 +162,17 @@ class JobSeam:
 
         digest = params_digest({k: v for k, v in params.items() if k != "target"})
         conn, end = self._job_connection(call, EFFECT_S)
-        exports = dict(spec.get("env") or {})
-        exports[remote.JOB_VAR] = job_token(self.options.instance(), key)
+        # the env's values go in a file of their own (mode 0600), which
+        # run.sh reads and removes before the command starts: run.sh keeps none
+        values = remote.env_file(dict(spec.get("env") or {}), shlex.quote).encode("utf-8")
+        exports = {remote.JOB_VAR: job_token(self.options.instance(), key)}
         cmd, setup = spec["cmd"], ""
         if spec.get("commandSource") == "harness":
             cmd, setup = shipped_on_host(cmd)
-        body = (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shlex.quote)).encode("utf-8")
+        body = values + (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shlex.quote)).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
-        args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent]
+        args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent,
+                str(len(values))]
         said = (conn.op(remote.JOB_START, args, end, call, data=body, acts=True) or [""])[0]
         if said == "started":
             return {"view": self.view(conn, key)}

@@ -134,12 +134,15 @@ fi
 # -- jobs --------------------------------------------------------------------
 #
 # A job's folder is <work>/jobs/<k>.  Its files: digest (the start's
-# params), run.sh (what the tmux session runs), claim/ (made once: by the
-# start that runs the job, or by a stop or fenced lookup so that none ever
-# will; claim/pid is the claiming start's shell), fenced, started, exit
-# (the command's status, written by run.sh), stopped.
+# params), run.sh (what the tmux session runs; it holds no env value),
+# env (the spec's env as sh exports, mode 0600: run.sh reads it and
+# removes it before the command starts, a stop removes it too), claim/
+# (made once: by the start that runs the job, or by a stop or fenced
+# lookup so that none ever will; claim/pid is the claiming start's shell),
+# fenced, started, exit (the command's status, written by run.sh), stopped.
 
-# Arguments: k, token, session, socket, digest, agent.  stdin: run.sh.
+# Arguments: k, token, session, socket, digest, agent, the size of the env
+# file in bytes.  stdin: the env file, then run.sh.
 # Prints started, other, fenced, busy, unknown, or "fail <why>".
 JOB_START = PRELUDE + r'''
 J=$W/jobs/$1; tok=$2; name=$3; sock=$4; digest=$5
@@ -158,11 +161,14 @@ fi
 printf '%s\n' "$$" > "$J/claim/pid"
 printf '%s' "$digest" > "$J/digest"
 printf '%s\n' "$6" > "$J/agent"
+if ! { (umask 077 && head -c "$7" > "$J/.env") && [ "$(wc -c < "$J/.env")" -eq "$7" ] && mv -f -- "$J/.env" "$J/env"; }; then
+  rm -rf -- "$J/claim" "$J/digest" "$J/.env" "$J/env"; echo "fail cannot write $J/env"; exit 0
+fi
 if ! { cat > "$J/.run.sh" && mv -f -- "$J/.run.sh" "$J/run.sh"; }; then
-  rm -rf -- "$J/claim" "$J/digest"; echo "fail cannot write $J/run.sh"; exit 0
+  rm -rf -- "$J/claim" "$J/digest" "$J/env"; echo "fail cannot write $J/run.sh"; exit 0
 fi
 if ! out=$(tmux -L "$sock" new-session -d -s "$name" -x 200 -y 50 -c "$J" 'exec sh ./run.sh' 2>&1); then
-  rm -rf -- "$J/claim" "$J/digest"; echo "fail tmux: $out"; exit 0
+  rm -rf -- "$J/claim" "$J/digest" "$J/env"; echo "fail tmux: $out"; exit 0
 fi
 : > "$J/started"
 echo started
@@ -192,6 +198,7 @@ elif [ ! -e "$J/started" ] && [ ! -e "$J/fenced" ]; then
   if [ -n "$c" ] && kill -0 "$c" 2>/dev/null; then echo busy; exit 0; fi
 fi
 tmux -L "$sock" kill-session -t "=$name" 2>/dev/null
+rm -f -- "$J/env" "$J/.env"
 p=$(mu_left MU_SSH_JOB "$tok")
 if [ -n "$p" ]; then
   kill -TERM $p 2>/dev/null
@@ -215,7 +222,7 @@ if [ -e "$J/fenced" ]; then echo none; exit 0; fi
 if [ -d "$J/claim" ]; then
   c=$(cat -- "$J/claim/pid" 2>/dev/null)
   if [ -n "$c" ] && kill -0 "$c" 2>/dev/null; then echo pending; exit 0; fi
-  if [ "$fence" = 1 ]; then : > "$J/fenced"; echo none; else echo unknown; fi
+  if [ "$fence" = 1 ]; then : > "$J/fenced"; rm -f -- "$J/env" "$J/.env"; echo none; else echo unknown; fi
   exit 0
 fi
 if [ "$fence" = 1 ]; then
@@ -227,13 +234,25 @@ echo none
 '''
 
 
+def env_file(env: dict, quote) -> str:
+    """The job's env file: one sh export a variable.  It goes to the host
+    over the start's stdin, never inside run.sh."""
+    return "".join("export %s=%s\n" % (name, quote(value)) for name, value in env.items())
+
+
 def run_file(exports: dict, job_dir_var: str, cwd: str, cmd: str, quote) -> str:
-    """The run.sh of a job: its environment, its cwd, its command, and the
-    exit status recorded in `exit` (in the job's folder, the session's
-    start directory) before the session ends.  `quote` is shlex.quote."""
+    """The run.sh of a job: its env file read and removed (before the
+    command starts: a value lives on in the command's environment only),
+    its own exports (no secret: the job's token), its cwd, its command,
+    and the exit status recorded in `exit` (in the job's folder, the
+    session's start directory) before the session ends.  A job whose env
+    file is gone (stopped meanwhile) runs nothing.  `quote` is shlex.quote."""
     lines = ["# written by mu: the job's command, run by its tmux session"]
     lines.append('J=$(pwd)')
     lines.append('W=${J%/jobs/*}')
+    lines.append('if [ ! -f "$J/env" ]; then printf 126 > "$J/.exit" && mv -f -- "$J/.exit" "$J/exit";'
+                 ' echo "mu: the job\'s env file is gone; nothing runs" >&2; exit 126; fi')
+    lines.append('. "$J/env"; rm -f -- "$J/env"')
     for name, value in exports.items():
         lines.append("export %s=%s" % (name, quote(value)))
     lines.append('export %s="$J"' % job_dir_var)
