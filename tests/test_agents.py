@@ -268,16 +268,19 @@ def test_the_same_spawn_again_resumes_a_start_whose_reply_was_lost(bound_box, is
     assert run_mu("agent", "close", "w/a").returncode == 0
 
 
-def test_a_start_never_sent_stays_unknown_for_a_file_handle_kind(bound_box, isolated):
-    # mu dies with its intent written and the request never sent: the
-    # fenced lookup finds nothing, but a file-handle kind never acts on none
+def test_a_start_proven_never_sent_is_rolled_back_and_started_afresh(bound_box, isolated):
+    # mu dies with its intent written and the request never sent: the intent
+    # withholds the --env values and was not yet marked sent, which proves no
+    # byte of it reached the plugin, so the next spawn rolls it back and starts
     crashed = spawn(env={"MU_CRASH_AT": "intent-written@job.start"})
     assert crashed.returncode != 0
+    [left] = rows(isolated, "jobs")
     again = spawn()
-    assert again.returncode == 1, again.stderr  # the outcome stays unknown, naming the key
-    key = rows(isolated, "effects")[0][3]
-    assert key in again.stderr
-    assert len(rows(isolated, "jobs")) == 1
+    assert again.returncode == 0, again.stderr
+    assert rows(isolated, "effects") == []
+    [job] = rows(isolated, "jobs")
+    assert job != left  # a new job record, not the one never started
+    assert run_mu("agent", "close", "w/a").returncode == 0
 
 
 # -- a real tmux -----------------------------------------------------------------------

@@ -138,7 +138,8 @@ def test_a_spawn_cut_short_at_each_step_keeps_the_value_nowhere(box, tmp_path, p
     assert leaks(value, *roots(box, tmp_path)) == []
 
 
-@pytest.mark.parametrize("point", ["intent-written@job.start", "reply-read@job.start", "spawn-started"])
+# (not spawn-started: by then the start is resolved and its intent, with the digest, is gone)
+@pytest.mark.parametrize("point", ["intent-written@job.start", "reply-read@job.start"])
 def test_the_same_spawn_again_completes_with_the_value(box, tmp_path, point):
     value, seen = canary(), tmp_path / "seen"
     crashed = spawn(value, seen, point)
@@ -194,7 +195,7 @@ def test_the_value_is_not_in_the_ssh_hosts_files(sshd, tmp_path, isolated, monke
              30, "the job's env")
     [job] = (sshd.work / "jobs").iterdir()
     run_sh = (job / "run.sh").read_text()
-    assert "TOKEN" not in run_sh and value not in run_sh
+    assert "TOKEN=" not in run_sh and value not in run_sh  # the command names $TOKEN; nothing sets it here
     assert not (job / "env").exists()  # read and removed before the command started
     assert leaks(value, *where) == []
     closed = run_mu("agent", "close", "w/a", timeout=90)

@@ -438,8 +438,10 @@ def _resume(client, host: ProviderHost, earlier: jobs.Job, plan: Plan) -> Option
     spec = _spec(plan, earlier.first_msg_id)
     # the intent keeps the --env values only as their names and digest: the
     # same spawn is told by them, and gives them back for a resend
-    if intent is not None and intent.method == "job.start" and not intents.same_but_withheld(intent, {"spec": spec},
-                                                                                               "spec"):
+    # a start proven never sent is rolled back whatever its spec: nothing
+    # of it reached the plugin, so this spawn may start afresh
+    if intent is not None and intent.method == "job.start" and not intent.never_sent \
+            and not intents.same_but_withheld(intent, {"spec": spec}, "spec"):
         raise Refused(f"an earlier spawn of {request.agent}, with another spec, has an unknown outcome (key {intent.key})",
                       f"`mu agent close {request.agent}` resolves it")
     try:
