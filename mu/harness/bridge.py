@@ -764,6 +764,7 @@ def _file_holds(path, text):
 
 
 MAX_LINE = 64 << 20  # a longer line of a harness's output is skipped, never held whole
+SKIP_PIECE = 64 << 10  # what is read at a time of a line being skipped
 
 
 def _lines(stream):
@@ -775,7 +776,7 @@ def _lines(stream):
             return
         if len(line) > MAX_LINE and not line.endswith(b"\n"):
             while True:
-                more = stream.readline(1 << 20)
+                more = stream.readline(SKIP_PIECE)
                 if not more or more.endswith(b"\n"):
                     break
             yield None

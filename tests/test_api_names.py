@@ -1,0 +1,47 @@
+"""mu.api's public names, recorded: the package exports exactly these, and
+each function is the guarded one (`mu.text`), whichever module defines it."""
+
+from __future__ import annotations
+
+from types import FunctionType, ModuleType
+
+from mu import api, errors
+
+NAMES = [
+    "AcquireResult", "AgentInfo", "CheckResult", "ClaimResult", "CloseResult", "CollectResult", "DeliveryResult",
+    "DoctorResult", "ExecResult", "HostAddResult", "HostCheckResult", "HostCheckStep", "HostInfo",
+    "HostStatusResult", "LogEntry", "PluginAddResult", "PluginInfo", "ProfileInfo", "ProviderHostInfo",
+    "ReadResult", "ReattachResult", "ReleaseResult", "SettleResult", "ShelveResult", "SpawnResult", "StateResult",
+    "Task", "TaskEvent", "TaskStory", "TreeNode", "WaitResult", "abort", "agent_check", "agent_close", "agent_list",
+    "agent_read", "agent_reattach", "agent_show", "agent_spawn", "answer", "collect", "command", "delivery_check",
+    "doctor", "host_acquire", "host_add", "host_check", "host_exec", "host_list", "host_release", "host_rm",
+    "host_settle", "host_status", "interrupt", "log", "plugin_add", "plugin_list", "plugin_rm", "plugin_show",
+    "send", "skill_path", "state", "task_add", "task_block", "task_claim", "task_close", "task_defer", "task_list",
+    "task_next", "task_note", "task_reject", "task_release", "task_show", "task_tree", "task_unblock", "wait",
+    "wait_all",
+]
+
+
+def test_the_api_exports_exactly_its_recorded_names():
+    assert sorted(api.__all__) == NAMES
+    assert len(api.__all__) == len(set(api.__all__))
+    for name in NAMES:
+        assert hasattr(api, name), name
+
+
+def test_the_errors_a_caller_catches_are_reachable_through_the_api():
+    assert api.Refused is errors.Refused
+    assert api.UsageError is errors.UsageError
+
+
+def test_every_exported_function_is_the_guarded_one():
+    # `text.guarded` wraps with functools.wraps: the exported object is the
+    # wrapper, and the wrapper is what a star import hands out too
+    namespace: dict = {}
+    exec("from mu.api import *", namespace)
+    for name in NAMES:
+        value = getattr(api, name)
+        assert namespace[name] is value, name
+        assert not isinstance(value, ModuleType), f"{name} is shadowed by a module of the package"
+        if isinstance(value, FunctionType):
+            assert hasattr(value, "__wrapped__"), f"{name} is not guarded"
