@@ -6,33 +6,15 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from mu.api._shared import guard
 from mu.errors import UsageError
+from mu.logentry import LogEntry
 
 __all__ = ["LogEntry", "log"]
 
 # -- the journal (mu log) -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One journal entry: a plugin process's line or call (`pid` the
-    plugin's), or mu's own (`pid` equals `mu_pid`, the invocation's)."""
-
-    id: str  # a UUIDv7; entries sort by it
-    at: int  # epoch ms
-    plugin: Optional[str]
-    pid: Optional[int]
-    mu_pid: int
-    stream: str
-    text: str
-
-    def as_json(self) -> Dict[str, Any]:
-        return {"id": self.id, "at": self.at, "plugin": self.plugin, "pid": self.pid, "muPid": self.mu_pid,
-                "stream": self.stream, "text": self.text}
 
 
 def log(*, plugin: Optional[str] = None, pid: Optional[int] = None, since_ms: Optional[int] = None,
@@ -62,7 +44,7 @@ def log(*, plugin: Optional[str] = None, pid: Optional[int] = None, since_ms: Op
     journal_store.journal().flush()  # this process's own entries too
     found = journal_store.query(plugin=plugin, pid=pid, since_ms=since_ms, until_ms=until_ms, grep=pattern,
                                 last=last, after_id=after)
-    return [LogEntry(*e) for e in found]
+    return found
 
 
 guard(globals())  # keep this last: a function defined below it is not guarded

@@ -54,11 +54,12 @@ import sys
 import threading
 import time
 from time import monotonic as _monotonic
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mu import environment
 from mu.errors import MuError
 from mu.ids import uuid7_batch, uuid7_floor
+from mu.logentry import LogEntry
 from mu.store import db
 
 FLUSH_AFTER_S = 0.25
@@ -78,25 +79,7 @@ CALLS_PER_ROW = 16 ** _COUNT_HEX
 CALLS_ROW_SPAN_MS = 10_000
 
 
-class Entry(NamedTuple):
-    id: str
-    at: int
-    plugin: Optional[str]
-    pid: Optional[int]
-    mu_pid: int
-    stream: str
-    text: str
-
-    def as_json(self) -> Dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "plugin": self.plugin,
-            "pid": self.pid,
-            "muPid": self.mu_pid,
-            "stream": self.stream,
-            "text": self.text,
-        }
+Entry = LogEntry  # the journal's entry type is the API's (mu/logentry.py)
 
 
 class Journal:
