@@ -26,7 +26,8 @@ starts about as fast as a bare script.
 
 The public API:
 
-- `Plugin`, `method(name)`, `run(plugin)`: the plugin and its server.
+- `Plugin`, `method(name)`, `run(plugin)`: the plugin and its server;
+  `main(program, usage, parse, build)`: a plugin's `main` with its usage.
 - `Call` (each handler's second argument: `cancelled`, `check()`,
   `deadline`, `remaining()`, `target`, `watch()`) and `Watch`
   (`settled()`, `restarted()`, `notify()`, `start()`, `cancelled`).
@@ -50,7 +51,7 @@ that list equal to `__all__` (and to `procs`' public names).
 from __future__ import annotations
 
 from mu.sdk.errors import Cancelled, Human, Permanent, PluginError, Retryable, UnknownOutcome
-from mu.sdk.plugin import PROTOCOL_VERSION, Call, Plugin, Watch, method, registered_name, run
+from mu.sdk.plugin import PROTOCOL_VERSION, Call, Plugin, Watch, main, method, registered_name, run
 
 # Loaded on first use: subprocess, tempfile and typing would double a
 # plugin's start-up, and most handshakes need none of them.
@@ -77,6 +78,7 @@ __all__ = [
     "UnknownOutcome",
     "Watch",
     "kill_tree",
+    "main",
     "method",
     "registered_name",
     "run",

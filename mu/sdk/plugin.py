@@ -62,6 +62,10 @@ from mu.sdk.call import Call, Watch
 from mu.sdk.server import EXIT_GRACE_S, PROTOCOL_VERSION, RESERVED_METHODS, Server, summary
 from mu.sdk.wire import Wire, note
 
+TYPE_CHECKING = False  # typing is not loaded at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, List, Optional, Tuple
+
 # Start-up cost is part of the contract (a plugin answers its handshake
 # about as fast as a bare script), so typing, traceback and subprocess stay
 # off the import path.
@@ -153,6 +157,26 @@ def registered_name(argv0: str, default: str) -> str:
     if base.startswith(EXECUTABLE_PREFIX) and len(base) > len(EXECUTABLE_PREFIX):
         return base[len(EXECUTABLE_PREFIX):]
     return default
+
+
+def main(program: str, usage: str, parse: Callable[[List[str]], Tuple[Any, ...]], build: Callable[..., Plugin],
+         argv: Optional[List[str]] = None) -> int:
+    """A shipped plugin's whole `main`: `-h`/`--help` prints `usage` and
+    returns 0; `parse(args)` turns the arguments into what `build` takes
+    (a tuple), raising `ValueError` with one line for bad ones, which is
+    printed as `<program>: <why>` and the usage, and returns 2; else the
+    plugin `build(*parsed)` is served (`run`) and 0 is returned."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help"):
+        sys.stdout.write(usage + "\n")
+        return 0
+    try:
+        parsed = parse(args)
+    except ValueError as exc:
+        sys.stderr.write("%s: %s\n%s\n" % (program, exc, usage))
+        return 2
+    run(build(*parsed))
+    return 0
 
 
 def run(plugin: Plugin) -> None:

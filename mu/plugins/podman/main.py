@@ -187,14 +187,4 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in ("-h", "--help"):
-        sys.stdout.write(USAGE + "\n")
-        return 0
-    try:
-        options, name = parse(args)
-    except ValueError as exc:
-        sys.stderr.write("mu-plugin-podman: %s\n%s\n" % (exc, USAGE))
-        return 2
-    sdk.run(PodmanPlugin(options, name))
-    return 0
+    return sdk.main("mu-plugin-podman", USAGE, parse, PodmanPlugin, argv)

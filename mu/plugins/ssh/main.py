@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -135,16 +134,7 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
     return Options(config, work, numbers["--alive"], numbers["--connect"]), name
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in ("-h", "--help"):
-        sys.stdout.write(USAGE + "\n")
-        return 0
-    try:
-        options, name = parse(args)
-    except ValueError as exc:
-        sys.stderr.write("mu-plugin-ssh: %s\n%s\n" % (exc, USAGE))
-        return 2
+def _build(options: Options, name: str) -> "SshPlugin":
     plugin = SshPlugin(options, name)
     import atexit
 
@@ -153,5 +143,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # left of our group as it exits, and this then removes the sockets (and
     # stops a master when we do not lead our group)
     atexit.register(plugin.connections.close)
-    sdk.run(plugin)
-    return 0
+    return plugin
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return sdk.main("mu-plugin-ssh", USAGE, parse, _build, argv)
