@@ -33,7 +33,7 @@ from mu.protocol.constants import STDERR_KEEP_CHARS
 # (with the `re` it pulls in) would cost each of them milliseconds.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Optional, Tuple
 
 EXIT_OK = 0
 EXIT_UNKNOWN = 1
@@ -198,8 +198,12 @@ class Terminating(BaseException):
 
     A BaseException, like KeyboardInterrupt, so that cleanup runs through
     ``finally`` and no ``except Exception`` swallows it.  `signum` is re-raised
-    once every plugin group is empty (protocol, "Process")."""
+    once every plugin group is empty (protocol, "Process").  `left`, when a
+    verb sets it on the way out, is what the signal left unfinished and the
+    command that finishes it, as (message, remedy): `mu` prints it as it
+    ends by the signal."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.left: Optional[Tuple[str, str]] = None

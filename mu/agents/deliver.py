@@ -52,7 +52,7 @@ from mu.effects import engine
 from mu.effects.engine import Resolver
 from mu.effects.resolve import DeliveryOutcomes
 from mu.effects.resolve import resolve as resolve_by_rule
-from mu.errors import MuError, NotFound, Permanent, Refused, StateError, UnknownOutcome, UsageError
+from mu.errors import MuError, NotFound, Permanent, Refused, StateError, Terminating, UnknownOutcome, UsageError
 from mu.ids import uuid7
 from mu.runtime import crashpoints
 from mu.runtime.client import PluginClient
@@ -330,6 +330,9 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
     except UnknownOutcome as e:
         _mark_unknown(msg_id, e.message)
         raise
+    except Terminating as t:
+        _left_by_signal(t, agent_name, request, msg_id)
+        raise
     except Permanent as e:
         if "expectIncarnation" not in sent:
             raise
@@ -342,6 +345,22 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
         baseline_inc = _after_fresh(client, target, expected, reply)
     return Delivered(msg_id, agent_name, request.kind, row.state, row.baseline_runs, baseline_inc, row.ack,
                      resolved)
+
+
+def _left_by_signal(t: Terminating, agent_name: str, request: Request, msg_id: str) -> None:
+    """A signal ended the delivery: once its row is written its outcome is
+    unknown (the request may be on the wire), so mu names the msgId and the
+    check that resolves it as it ends (mu-send(1), exit 1's promise); a
+    signal before the row was written left nothing."""
+    try:
+        row = deliveries.find(msg_id)
+    except MuError:
+        row = None
+    if row is None or row.state in ("accepted", "not-accepted"):
+        return
+    verb = "send --fresh" if request.kind == "fresh" else request.kind
+    t.left = (f"a signal ended `mu {verb}` to {agent_name} before its outcome was known: {msg_id}",
+              f"`mu agent check {agent_name} {msg_id}` resolves it, as does the next delivery to {agent_name}")
 
 
 def _after_fresh(client: PluginClient, target: _Target, was: Optional[int], reply: Any) -> Optional[int]:

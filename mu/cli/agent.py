@@ -29,14 +29,14 @@ import sys
 from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params, text_or_stdin
 from mu.cli.output import commits_held, emit, emit_json, table
-from mu.errors import UnknownOutcome, UsageError
+from mu.errors import Terminating, UnknownOutcome, UsageError
 
 # `mu.api` (the runtime, the seams, the effects engine) is imported by the
 # verbs that use it, not here: `mu agent list` over no agents reads one
 # row's absence and prints, and pays for nothing else.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict
+    from typing import Any, Dict, Optional, Tuple
 
 api = Lazy("mu.api")
 
@@ -61,11 +61,16 @@ def verb_spawn(args: Dict[str, Any]) -> int:
     if args["--from"] is not None and not args["--worktree"]:
         raise UsageError("--from goes with --worktree")
     send = None if args["--send"] is None else text_or_stdin(args["--send"], "--send", args["<agent>"])
-    spawned = api.agent_spawn(
-        args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
-        role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],
-        from_rev=args["--from"],
-    )
+    try:
+        spawned = api.agent_spawn(
+            args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
+            role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],
+            from_rev=args["--from"],
+        )
+    except Terminating as t:
+        if t.left is None:  # a first prompt's delivery names its own msgId
+            t.left = _spawn_left(args["<agent>"])
+        raise
     info = spawned.agent
     if spawned.resolved:
         emit(f"an earlier spawn of {info.agent} resolved: {spawned.resolved}")
@@ -76,6 +81,27 @@ def verb_spawn(args: Dict[str, Any]) -> int:
     if info.attach:
         emit(f"look at it: {info.attach}")
     return 0
+
+
+def _spawn_left(agent: str) -> Optional[Tuple[str, str]]:
+    """What a signal left of a spawn of `agent`, and the command that clears
+    it, for mu to say as it ends by the signal (mu-agent(1)).  A spawn
+    writes nothing before its job record, so none means nothing is left."""
+    from mu.errors import MuError
+    from mu.store import jobs
+
+    try:
+        job = jobs.of_agent(agent)
+    except MuError:
+        return None
+    if job is None:
+        return (f"a signal ended the spawn of {agent} before anything was recorded: nothing of it is left", "")
+    if job.state == "starting":
+        what = f"its job record {job.token} on host {job.host}, the outcome of its start unknown"
+    else:
+        what = f"its job {job.token} on host {job.host} ({job.state}), its stop owed"
+    return (f"a signal ended the spawn of {agent}: it left {what}",
+            f"`mu agent close {agent}` clears it; the same `mu agent spawn` again completes it instead")
 
 
 def verb_list(args: Dict[str, Any]) -> int:

@@ -295,6 +295,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         code = e.exit_code
     except Terminating as t:
         code = 128 + t.signum
+        if t.left is not None:
+            error(*t.left)  # what the signal left unfinished, and the command that finishes it
     except BrokenPipeError:
         code = 0  # the reader went away (`mu log | head`): not an error
         _quiet_stdout()
