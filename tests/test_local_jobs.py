@@ -204,6 +204,10 @@ def test_start_status_attach_and_a_stop_that_proves_everything_gone(provider):
     if provider.view == "detached":
         # the job left the plugin's group for its own, and the plugin is gone
         assert wrapper["pgid"] == wrapper["pid"] != client.process.pgid
+        # ... and it carries the job's environment, as its command does: the
+        # contract suite tells a job from an escaped helper by it
+        environ = Path("/proc/%d/environ" % wrapper["pid"]).read_bytes().split(b"\0")
+        assert b"GREETING=hello" in environ
         client.stop()
         assert provider.status("job-1") == {"state": "running"}
         assert view["env"] == {} and "--follow-job" in view["command"]

@@ -13,6 +13,8 @@
   job.json: they wait in env.json (mode 0600), which the wrapper reads
   and removes once it claimed the job, before the command starts, and a
   stop removes (`forget_env`); a wrapper that finds it gone runs nothing.
+  A detached job's launcher reads them too and starts the wrapper with
+  them, so the wrapper carries the job's environment as its command does.
 - bound: the start answers a view whose command is that wrapper: the pane
   runs the job, the plugin never does.
 - detached: the start runs a launcher (--launch-job), a helper of the
@@ -179,11 +181,17 @@ def launch_job(folder: str, program: str) -> int:
     except OSError as exc:
         sys.stderr.write("mu-plugin-local: cannot open the job's log: %s\n" % (exc.strerror or exc))
         return 1
+    # The wrapper starts with the env's values (read, not taken: the wrapper
+    # removes env.json once it claimed the job).  A detached wrapper is the
+    # job's own process on the host, outside the plugin's group, so its
+    # environment shows it is the job's from its first instruction, as the
+    # contract suite reads it; the values stay in processes, never in a file.
+    record = read_json(os.path.join(folder, ENV_FILE)) or {}
+    values = record.get("env") if isinstance(record.get("env"), dict) else None
     try:
-        # the wrapper reads the env's values from env.json itself: the launcher never holds them
         wrapper = subprocess.Popen([sys.executable, program, "--run-job", folder], cwd=folder,
-                                   env=_job_env(os.environ, job, folder), stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=log, close_fds=True)
+                                   env=_job_env(os.environ, job, folder, values), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log, close_fds=True)
     except OSError as exc:
         sys.stderr.write("mu-plugin-local: cannot start the job: %s\n" % (exc.strerror or exc))
         return 1
