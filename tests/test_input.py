@@ -87,7 +87,7 @@ def test_every_api_function_is_guarded():
     functions = [n for n in api.__all__ if isinstance(getattr(api, n), FunctionType)]
     assert len(functions) > 10
     unguarded = [n for n in functions if not hasattr(getattr(api, n), "__wrapped__")]
-    assert unguarded == [], "define them above mu/api.py's closing loop"
+    assert unguarded == [], "list them in their group module's __all__, which guard() wraps (mu/api/_shared.py)"
 
 
 @pytest.mark.parametrize("call, named", [

@@ -81,6 +81,16 @@ def test_nothing_below_the_command_line_imports_it():
         assert {f for f in offending(folder, ("mu",)) if ".cli" in f.split(": ")[1]} == set(), folder
 
 
+WHOLE_API = re.compile(r'from mu import api\b|Lazy\("mu\.api"\)|^\s*import mu\.api\s*$', re.M)
+
+
+def test_the_command_line_calls_the_api_group_it_needs():
+    """A verb's module names its group (`mu.api.tasks`, `mu.api.hosts`, ...):
+    which part of the API a verb stands on is read from its imports."""
+    whole = [str(p.relative_to(ROOT)) for p in modules("cli") if WHOLE_API.search(p.read_text())]
+    assert whole == []
+
+
 def test_the_protocols_numbers_are_written_once():
     # protocol "Transport" and "Registration and trust": 1 MiB and the
     # executable's prefix live in mu/protocol/constants.py alone

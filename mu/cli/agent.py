@@ -38,7 +38,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
-api = Lazy("mu.api")
+agent_api = Lazy("mu.api.agents")
+delivery_api = Lazy("mu.api.deliveries")
 
 VERBS = ("spawn", "list", "show", "read", "reattach", "close", "check")
 
@@ -62,7 +63,7 @@ def verb_spawn(args: Dict[str, Any]) -> int:
         raise UsageError("--from goes with --worktree")
     send = None if args["--send"] is None else text_or_stdin(args["--send"], "--send", args["<agent>"])
     try:
-        spawned = api.agent_spawn(
+        spawned = agent_api.agent_spawn(
             args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
             role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],
             from_rev=args["--from"],
@@ -110,7 +111,7 @@ def verb_list(args: Dict[str, Any]) -> int:
     if no_agents():  # the same read as mu.cli.main's, which then left the supervisor out
         sys.stdout.write("[]\n" if args["--json"] else "no agents\n")
         return 0
-    found = api.agent_list()
+    found = agent_api.agent_list()
     if args["--json"]:
         emit_json([a.as_json() for a in found])
         return 0
@@ -125,7 +126,7 @@ def verb_list(args: Dict[str, Any]) -> int:
 
 
 def verb_show(args: Dict[str, Any]) -> int:
-    info = api.agent_show(args["<agent>"])
+    info = agent_api.agent_show(args["<agent>"])
     if args["--json"]:
         emit_json(info.as_json())
         return 0
@@ -165,7 +166,7 @@ def verb_read(args: Dict[str, Any]) -> int:
         lines = int(args["-n"])
     except ValueError:
         raise UsageError(f"-n takes a whole number above 0, not {args['-n']!r}") from None
-    done = api.agent_read(args["<agent>"], lines)
+    done = agent_api.agent_read(args["<agent>"], lines)
     if args["--json"]:
         emit_json(done.as_json())
         return 0
@@ -180,7 +181,7 @@ def verb_read(args: Dict[str, Any]) -> int:
 
 
 def verb_reattach(args: Dict[str, Any]) -> int:
-    done = api.agent_reattach(args["<agent>"])
+    done = agent_api.agent_reattach(args["<agent>"])
     info = done.agent
     emit(f"reattached {info.agent}: a new view of job {info.job}{' (its earlier view closed)' if done.replaced else ''}")
     if info.attach:
@@ -189,7 +190,7 @@ def verb_reattach(args: Dict[str, Any]) -> int:
 
 
 def verb_close(args: Dict[str, Any]) -> int:
-    closed = api.agent_close(args["<agent>"])
+    closed = agent_api.agent_close(args["<agent>"])
     if closed.resolved:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
     if closed.collected is not None:
@@ -202,7 +203,7 @@ def verb_close(args: Dict[str, Any]) -> int:
 
 
 def verb_check(args: Dict[str, Any]) -> int:
-    checked = api.agent_check(args["<agent>"], args["<msgId>"])
+    checked = delivery_api.agent_check(args["<agent>"], args["<msgId>"])
     if args["--json"]:
         emit_json(checked.as_json())
     else:

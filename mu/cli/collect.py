@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mu import api
+from mu.api import collects as collect_api
 from mu.cli.output import commits_held, emit, emit_json
 
 
 def run(args: Dict[str, Any]) -> int:
-    got = api.collect(args["<agent>"], into=args["--into"])
+    got = collect_api.collect(args["<agent>"], into=args["--into"])
     if args["--json"]:
         emit_json(got.as_json())
         return 0

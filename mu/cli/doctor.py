@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mu import api
+from mu.api import health as health_api
 from mu.cli.output import emit, emit_json
 
 
 def run(args: Dict[str, Any]) -> int:
-    report = api.doctor()
+    report = health_api.doctor()
     if args["--json"]:
         emit_json(report.as_json())
         return report.exit_code

@@ -42,7 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional
 
-    from mu.api import ProviderHostInfo
+    from mu.api.hosts import ProviderHostInfo
 
 # `mu.api` (and through it the seams, the runtime and the effects engine)
 # is imported by the verbs that use it, when they run: `mu host list`
@@ -82,12 +82,12 @@ def _positive(value: Optional[str], option: str) -> Optional[int]:
 
 
 def verb_add(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
     name, plugin = args["<name>"], args["--plugin"]
     hosts.check_name(name)  # a bad name is told before a bad number, as the command line reads them
     max_sessions = _positive(args["--max-sessions"], "--max-sessions")
-    added = api.host_add(name, plugin, args["--fetch"], args["--repo"], max_sessions)
+    added = host_api.host_add(name, plugin, args["--fetch"], args["--repo"], max_sessions)
     emit(f"added host {name}: plugin {plugin}'s link")
     if not added.jobs:
         emit(f"note: plugin {plugin} declares no job seam, so no agent can spawn on host {name}")
@@ -95,18 +95,18 @@ def verb_add(args: Dict[str, Any]) -> int:
 
 
 def verb_rm(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
-    removed = api.host_rm(args["<name>"])
+    removed = host_api.host_rm(args["<name>"])
     emit(f"removed host {removed.name}")
     return 0
 
 
 def verb_settle(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
     name = args["<name>"]
-    state = api.host_settle(name, args["--key"], exists=bool(args["--exists"])).state
+    state = host_api.host_settle(name, args["--key"], exists=bool(args["--exists"])).state
     if state == "lost":
         emit(f"host {name}: settled as absent, recorded lost (`mu host rm {name}` forgets it)")
     else:
@@ -119,10 +119,10 @@ def verb_settle(args: Dict[str, Any]) -> int:
 
 
 def verb_acquire(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
     params = parse_params(args["--param"])
-    outcome = api.host_acquire(args["<name>"], provider=args["--provider"], params=params)
+    outcome = host_api.host_acquire(args["<name>"], provider=args["--provider"], params=params)
     if outcome.resolved:
         emit(f"an earlier acquire of host {outcome.host.name} resolved: {outcome.resolved}")
     host = outcome.host
@@ -132,9 +132,9 @@ def verb_acquire(args: Dict[str, Any]) -> int:
 
 def verb_release(args: Dict[str, Any]) -> int:
     name = args["<name>"]
-    from mu import api  # the agent verbs' modules: only the release needs them
+    from mu.api import hosts as host_api  # the agent verbs' modules: only the release needs them
 
-    released = api.host_release(name, force=bool(args["--force"]))
+    released = host_api.host_release(name, force=bool(args["--force"]))
     for closed in released.closed:
         emit(f"closed {closed.agent}")
     emit(f"host {name}: {released.done}")
@@ -142,9 +142,9 @@ def verb_release(args: Dict[str, Any]) -> int:
 
 
 def verb_status(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
-    outcome = api.host_status(args["<name>"])
+    outcome = host_api.host_status(args["<name>"])
     host = outcome.host
     if args["--json"]:
         emit_json(outcome.as_json())
@@ -199,13 +199,13 @@ def _first(row: tuple) -> str:
 
 
 def verb_exec(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import hosts as host_api
 
     script = args["<script>"]
     if script == "-":
         script = sys.stdin.read()
     timeout_ms = _positive(args["--timeout"], "--timeout") or 20000
-    result = api.host_exec(args["<name>"], script, cwd=args["--cwd"], timeout_ms=timeout_ms)
+    result = host_api.host_exec(args["<name>"], script, cwd=args["--cwd"], timeout_ms=timeout_ms)
     sys.stdout.write(result.stdout)
     sys.stdout.flush()
     sys.stderr.write(result.stderr)
@@ -217,10 +217,10 @@ def verb_exec(args: Dict[str, Any]) -> int:
 
 
 def verb_check(args: Dict[str, Any]) -> int:
-    from mu import api  # the seams and the runtime: only the verbs that call a plugin need them
+    from mu.api import hosts as host_api  # the seams and the runtime: only the verbs that call a plugin need them
 
     name = args["<name>"]
-    checked = api.host_check(name, args["--phase"])
+    checked = host_api.host_check(name, args["--phase"])
     if args["--json"]:
         emit_json(checked.as_json())
     else:

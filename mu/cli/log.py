@@ -27,7 +27,7 @@ from mu.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mu import api
+    from mu.api import journal as log_api
 
 _AGE = re.compile(r"(\d+)(ms|s|m|h|d)\Z")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -67,7 +67,7 @@ def _int_option(args: Dict[str, Any], option: str) -> Optional[int]:
 
 
 def run(args: Dict[str, Any]) -> int:
-    from mu import api
+    from mu.api import journal as log_api
 
     filters = dict(
         plugin=args["--plugin"],
@@ -76,7 +76,7 @@ def run(args: Dict[str, Any]) -> int:
         until_ms=parse_time(args["--until"]) if args["--until"] else None,
         grep=args["--grep"],
     )
-    entries = api.log(last=_int_option(args, "-n"), **filters)
+    entries = log_api.log(last=_int_option(args, "-n"), **filters)
     if args["--follow"]:
         return _follow(entries, filters, args["--json"])
     if args["--json"]:
@@ -87,7 +87,7 @@ def run(args: Dict[str, Any]) -> int:
     return 0
 
 
-def _line(entry: api.LogEntry) -> str:
+def _line(entry: log_api.LogEntry) -> str:
     if entry.pid != entry.mu_pid:
         return f"{iso_ms(entry.at)} {entry.plugin}[{entry.pid}] {entry.text}"
     about = f" {entry.plugin}:" if entry.plugin else ""
@@ -96,7 +96,7 @@ def _line(entry: api.LogEntry) -> str:
 
 def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
     """Print what there is, then what comes, until a signal ends mu."""
-    from mu import api
+    from mu.api import journal as log_api
 
     last_id = None
     while True:
@@ -105,4 +105,4 @@ def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
             last_id = entry.id
         sys.stdout.flush()
         time.sleep(FOLLOW_POLL_S)
-        entries = api.log(after=last_id, **filters)
+        entries = log_api.log(after=last_id, **filters)

@@ -71,9 +71,9 @@ def run(args: Dict[str, Any]) -> int:
 
 def add(name: str, argv: list, force: bool = False) -> int:
     """Register `name`, or record its new declaration (`mu.api.plugin_add`)."""
-    from mu import api
+    from mu.api import plugins as plugin_api
 
-    added = api.plugin_add(name, argv, force)
+    added = plugin_api.plugin_add(name, argv, force)
     plugin = added.plugin
     emit(f"registered plugin {name}: {_seams_text(plugin.seams)}, instance {plugin.instance}")
     if added.stranded:
@@ -97,9 +97,9 @@ def list_(as_json: bool) -> int:
 
 
 def show(name: str, as_json: bool) -> int:
-    from mu import api
+    from mu.api import plugins as plugin_api
 
-    plugin = api.plugin_show(name)
+    plugin = plugin_api.plugin_show(name)
     if as_json:
         emit_json(plugin.as_json())
         return 0
@@ -236,9 +236,9 @@ def _schema_problem(method: str, result: Any) -> str:
 
 
 def rm(name: str) -> int:
-    from mu import api
+    from mu.api import plugins as plugin_api
 
-    api.plugin_rm(name)
+    plugin_api.plugin_rm(name)
     emit(f"removed plugin {name}")
     return 0
 

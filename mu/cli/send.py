@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from mu import api
+from mu.api import deliveries as delivery_api
 from mu.cli.options import text_or_stdin
 from mu.cli.output import emit, emit_json
 from mu.errors import UsageError
@@ -37,15 +37,15 @@ def run(args: Dict[str, Any]) -> int:
     agent = args["<agent>"]
     if args["send"]:
         text = text_or_stdin(args["<text>"], "<text>", agent)
-        done = api.send(agent, text, steer=bool(args["--steer"]), fresh=bool(args["--fresh"]), force=bool(args["--force"]))
+        done = delivery_api.send(agent, text, steer=bool(args["--steer"]), fresh=bool(args["--fresh"]), force=bool(args["--force"]))
     elif args["command"]:
-        done = api.command(agent, args["<name>"], args["--instructions"], force=bool(args["--force"]))
+        done = delivery_api.command(agent, args["<name>"], args["--instructions"], force=bool(args["--force"]))
     elif args["interrupt"]:
-        done = api.interrupt(agent, text_or_stdin(args["<text>"], "<text>", agent))
+        done = delivery_api.interrupt(agent, text_or_stdin(args["<text>"], "<text>", agent))
     elif args["abort"]:
-        done = api.abort(agent)
+        done = delivery_api.abort(agent)
     elif args["answer"]:
-        done = api.answer(agent, list(args["<key>"]), force=bool(args["--force"]))
+        done = delivery_api.answer(agent, list(args["<key>"]), force=bool(args["--force"]))
     else:
         raise UsageError("no such delivery verb")
     if args["--json"]:

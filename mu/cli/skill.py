@@ -15,12 +15,12 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict
 
-from mu import api
+from mu.api import tasks as task_api
 from mu.cli.output import emit
 
 
 def run(args: Dict[str, Any]) -> int:
-    path = api.skill_path()
+    path = task_api.skill_path()
     if args["--text"]:
         with open(path, encoding="utf-8") as f:
             sys.stdout.write(f.read())

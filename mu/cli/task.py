@@ -37,21 +37,21 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from mu import api
+from mu.api import tasks as task_api
 from mu.cli.output import emit, emit_json, iso_ms, table
 from mu.errors import UsageError
 
 
-def _value(task: api.Task) -> str:
+def _value(task: task_api.Task) -> str:
     return f"{task.value:g}"
 
 
-def _rows(found: List[api.Task]) -> None:
+def _rows(found: List[task_api.Task]) -> None:
     table([[t.id, t.workstream, t.status, t.claimed_by or "-", _value(t), ",".join(t.waiting_on) or "-", t.title]
            for t in found], ["ID", "WORKSTREAM", "STATUS", "CLAIMED BY", "VALUE", "WAITING ON", "TITLE"])
 
 
-def _story(story: api.TaskStory) -> None:
+def _story(story: task_api.TaskStory) -> None:
     t = story.task
     emit(f"{t.id}: {t.title}")
     emit(f"  workstream {t.workstream}, {t.status}" + (f", claimed by {t.claimed_by}" if t.claimed_by else "")
@@ -73,17 +73,17 @@ def _story(story: api.TaskStory) -> None:
 def run(args: Dict[str, Any]) -> int:
     task = args["<task>"]
     if args["add"]:
-        made = api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
+        made = task_api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
                             impact=args["--impact"], effort=args["--effort"], blocked_by=args["--blocked-by"] or [])
         emit(made.id)
         return 0
     if args["block"] or args["unblock"]:
-        verb = api.task_block if args["block"] else api.task_unblock
+        verb = task_api.task_block if args["block"] else task_api.task_unblock
         after = verb(task, args["--by"])
         emit(f"{after.id} is blocked by " + (", ".join(after.blocked_by) or "nothing"))
         return 0
     if args["next"] or args["list"]:
-        found = api.task_next(args["<workstream>"]) if args["next"] else api.task_list(args["--status"] or [])
+        found = task_api.task_next(args["<workstream>"]) if args["next"] else task_api.task_list(args["--status"] or [])
         if args["--json"]:
             emit_json([t.as_json() for t in found])
         elif not found:
@@ -92,33 +92,33 @@ def run(args: Dict[str, Any]) -> int:
             _rows(found)
         return 0
     if args["tree"]:
-        for node in api.task_tree(task, down=bool(args["--down"])):
+        for node in task_api.task_tree(task, down=bool(args["--down"])):
             t = node.task
             emit("  " * node.depth + f"{t.id} [{t.status}" + (f", {t.claimed_by}" if t.claimed_by else "")
                  + f"] {t.title}")
         return 0
     if args["show"]:
-        story = api.task_show(task)
+        story = task_api.task_show(task)
         if args["--json"]:
             emit_json(story.as_json())
         else:
             _story(story)
         return 0
     if args["claim"]:
-        result = api.task_claim(task, args["--for"])
+        result = task_api.task_claim(task, args["--for"])
         emit(f"{result.task.id} is claimed by {result.task.claimed_by}" + ("" if result.claimed else " (already)"))
         return 0
     if args["note"]:
-        api.task_note(task, args["<text>"])
+        task_api.task_note(task, args["<text>"])
         return 0
     if args["close"]:
-        emit(f"{api.task_close(task, args['--evidence']).id} is closed")
+        emit(f"{task_api.task_close(task, args['--evidence']).id} is closed")
         return 0
     if args["release"]:
-        emit(f"{api.task_release(task, reopen=bool(args['--reopen'])).id} is open")
+        emit(f"{task_api.task_release(task, reopen=bool(args['--reopen'])).id} is open")
         return 0
     if args["reject"] or args["defer"]:
-        verb = api.task_reject if args["reject"] else api.task_defer
+        verb = task_api.task_reject if args["reject"] else task_api.task_defer
         shelved = verb(task, cascade=bool(args["--cascade"]))
         emit(f"{shelved.status}: " + ", ".join(shelved.changed))
         return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, Optional
 
-from mu import api
+from mu.api import waiting as wait_api
 from mu.cli.output import emit, emit_json, error, iso_ms
 from mu.errors import UsageError
 
@@ -37,7 +37,7 @@ def run(args: Dict[str, Any]) -> int:
     as_json = bool(args["--json"])
     new = bool(args["--new"])
 
-    def report(result: api.WaitResult) -> None:
+    def report(result: wait_api.WaitResult) -> None:
         # printed before the in-life collect that may follow the event
         if as_json:
             emit_json(result.as_json())
@@ -48,12 +48,12 @@ def run(args: Dict[str, Any]) -> int:
     tasks = args["--task"] or []
     if args["--all"]:
         if as_json:  # one document: every event, once they have all come
-            seen = api.wait_all(args["<agent>"], tasks, after, timeout, new=new)
+            seen = wait_api.wait_all(args["<agent>"], tasks, after, timeout, new=new)
             emit_json([r.as_json() for r in seen])
         else:
-            seen = api.wait_all(args["<agent>"], tasks, after, timeout, report, new=new)
+            seen = wait_api.wait_all(args["<agent>"], tasks, after, timeout, report, new=new)
         return max(r.exit_code for r in seen)
-    result = api.wait(args["<agent>"], after, timeout, report, tasks=tasks, new=new)
+    result = wait_api.wait(args["<agent>"], after, timeout, report, tasks=tasks, new=new)
     collected = result.collected or {}
     if collected and not collected.get("ok"):
         # the event stands (its exit code too); the collect after it is told apart
@@ -82,7 +82,7 @@ def _timeout(text: Optional[str]) -> Optional[float]:
     return value
 
 
-def _show(result: api.WaitResult) -> None:
+def _show(result: wait_api.WaitResult) -> None:
     detail = result.detail
     if result.task is not None:
         who = f" by {detail.get('who')}" if result.event != "reaped" else ""
