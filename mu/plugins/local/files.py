@@ -1,7 +1,9 @@
 """The plugin's records on disk: JSON files, each replaced whole.
 
 What a caller may rely on: a reader sees the old record or the new one,
-never a part (`write_json`: a temporary file, fsync, rename); a record that
+never a part (`write_json`: a temporary file, fsync, rename), but for a
+record of secrets, written in place so that no copy of it is left beside
+it (`write_private`); a record that
 may exist only once (pid.json, exit.json, stopped.json, a fence) is made
 with a hard link, which fails if the name exists, so the first writer wins
 (`create_json`); a record that cannot be read is damage and reads as {}.
@@ -43,6 +45,20 @@ def _temp_json(path, value):
 def write_json(path: str, value: dict) -> None:
     """Replace the record at `path` whole: a reader sees the old or the new."""
     os.replace(_temp_json(path, value), path)
+
+
+def write_private(path: str, value: dict) -> None:
+    """Write the record at `path` in place, mode 0600, with no temporary
+    file: a process killed in the middle leaves a part of it at `path`, never
+    a stray copy beside it.  For a record that holds secrets and that nobody
+    reads before a record written after it points to it (a job's env.json,
+    written before its job.json)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def create_json(path: str, value: dict) -> bool:

@@ -38,7 +38,7 @@ import os
 from mu import sdk
 from mu.plugins.local.channel import first_prompt
 from mu.plugins.local.fields import digest_of, handle_of, inside, job_folder, key_of
-from mu.plugins.local.files import create_json, now_ms, read_json, write_json
+from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree, write_json, write_private
 from mu.plugins.local.layout import ENV_FILE, JOB_FILE, PID_FILE, STOP_FILE, job_handle, job_name, job_token
 from mu.plugins.local.processes import end_job, job_state, launch, view_of
 from mu.plugins.local.turns import FIRST_INCARNATION
@@ -80,7 +80,8 @@ class JobSeam:
                 job["firstTurn"] = "at-start"
             try:
                 os.makedirs(folder, mode=0o700, exist_ok=True)
-                write_json(os.path.join(folder, ENV_FILE), {"env": values})  # mkstemp: mode 0600
+                # in place, 0600: a kill leaves no temporary copy of a value beside it
+                write_private(os.path.join(folder, ENV_FILE), {"env": values})
                 write_json(os.path.join(folder, JOB_FILE), job)
                 if at_start:
                     # the first prompt waits in the inbox before the agent runs
@@ -118,6 +119,9 @@ class JobSeam:
             # its writer is gone, so nothing will
             if not fence:
                 return answer
+            # what it wrote (its env file, which may hold a secret) goes
+            # with it: nothing of a start that never was stays behind
+            remove_tree(folder)
             store.forget(key)
             return store.lookup(key, fence=True)  # none, and fenced for good
         found = {"found": _start_reply(job_handle(host["handle"], key), folder, job, self.program)}
