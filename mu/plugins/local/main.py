@@ -129,32 +129,32 @@ def run(argv: list, name: str, program: str, plugin: type = Local) -> int:
     the class to serve (`Local` or a subclass)."""
     helpers = {"--run-job": run_job, "--launch-job": lambda folder: launch_job(folder, program),
                "--follow-job": follow_job}
-    args = list(argv)
-    if len(args) == 2 and args[0] in helpers:
-        return helpers[args[0]](args[1])
+    if len(argv) == 2 and argv[0] in helpers:
+        return helpers[argv[0]](argv[1])
+
+    def build(root, instance, view, first_turn):
+        return plugin(root, instance, name=name, view=view, first_turn=first_turn, program=program)
+
+    return sdk.main("mu-plugin-local", USAGE, _parse, build, list(argv))
+
+
+def _parse(args: list) -> tuple:
+    """The root, instance, view and first turn `args` name; ValueError (one
+    line) for anything else."""
     given = {"--root": None, "--instance": None, "--view": "bound", "--first-turn": "on-send"}
+    args = list(args)
     while args:
         arg = args.pop(0)
         if arg in given and args:
             value = args.pop(0)
         elif "=" in arg and arg.split("=", 1)[0] in given:
             arg, value = arg.split("=", 1)
-        elif arg in ("-h", "--help"):
-            sys.stderr.write(USAGE + "\n")
-            return 0
         else:
-            sys.stderr.write("mu-plugin-local: unknown argument %s\n%s\n" % (arg, USAGE))
-            return 2
+            raise ValueError("unknown argument %s" % arg)
         given[arg] = value
     if given["--view"] not in VIEWS:
-        sys.stderr.write("mu-plugin-local: --view is bound or detached, not %s\n%s\n" % (given["--view"], USAGE))
-        return 2
+        raise ValueError("--view is bound or detached, not %s" % given["--view"])
     if given["--first-turn"] not in FIRST_TURNS:
-        sys.stderr.write("mu-plugin-local: --first-turn is on-send or at-start, not %s\n%s\n"
-                         % (given["--first-turn"], USAGE))
-        return 2
+        raise ValueError("--first-turn is on-send or at-start, not %s" % given["--first-turn"])
     root = os.path.abspath(given["--root"] or default_root())
-    instance = given["--instance"] or default_instance(root)
-    sdk.run(plugin(root, instance, name=name, view=given["--view"], first_turn=given["--first-turn"],
-                   program=program))
-    return 0
+    return root, given["--instance"] or default_instance(root), given["--view"], given["--first-turn"]
