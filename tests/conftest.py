@@ -171,6 +171,16 @@ def fake(plugin_dir: Path) -> Path:
     return fake_as(plugin_dir, "fake")
 
 
+def one_error_line(out) -> str:
+    """The one `mu: ...` line a refused command printed (no traceback, no
+    second error line)."""
+    lines = out.stderr.splitlines()
+    assert lines and lines[0].startswith("mu: "), out.stderr
+    assert "Traceback" not in out.stderr
+    assert len([line for line in lines if line.startswith("mu: ")]) == 1, out.stderr
+    return lines[0]
+
+
 def wait_for(predicate, timeout: float = 5.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

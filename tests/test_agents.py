@@ -20,17 +20,11 @@ from pathlib import Path
 
 import pytest
 from agent_commands import ready
-from conftest import ROOT, run_mu, wait_for
+from conftest import ROOT, one_error_line, run_mu, wait_for
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
 
 
-def one_error_line(out) -> str:
-    lines = out.stderr.splitlines()
-    assert lines and lines[0].startswith("mu: "), out.stderr
-    assert "Traceback" not in out.stderr
-    assert len([line for line in lines if line.startswith("mu: ")]) == 1, out.stderr
-    return lines[0]
 
 
 def rows(state: Path, table: str) -> list:

@@ -17,19 +17,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
-from conftest import fake_as, read_log, run_mu
+from conftest import fake_as, one_error_line, read_log, run_mu
 
 from mu.store import db
 
 CHANNEL = "talk"
 
 
-def one_error_line(out) -> str:
-    lines = out.stderr.splitlines()
-    assert lines and lines[0].startswith("mu: "), out.stderr
-    assert "Traceback" not in out.stderr
-    assert len([line for line in lines if line.startswith("mu: ")]) == 1, out.stderr
-    return lines[0]
 
 
 class World:

@@ -21,7 +21,7 @@ from typing import List, Optional
 
 import pytest
 from agent_commands import ready
-from conftest import ROOT, run_mu, wait_for
+from conftest import ROOT, one_error_line, run_mu, wait_for
 
 LOCAL = ROOT / "examples" / "mu-plugin-local"
 
@@ -93,12 +93,6 @@ def git(*args: str, cwd: Optional[Path] = None) -> str:
     return out.stdout.strip()
 
 
-def one_error_line(out) -> str:
-    lines = out.stderr.splitlines()
-    assert lines and lines[0].startswith("mu: "), out.stderr
-    assert "Traceback" not in out.stderr
-    assert len([line for line in lines if line.startswith("mu: ")]) == 1, out.stderr
-    return lines[0]
 
 
 def rows(state: Path, table: str) -> List[sqlite3.Row]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
-from conftest import received, run_mu
+from conftest import one_error_line, received, run_mu
 
 LINK = {"fetch": True, "push": False, "slots": "self", "remoteOnTimeout": "stopped", "quiescence": "provable",
         "maxScriptBytes": 4096, "checks": []}
@@ -27,12 +27,6 @@ VIEW = {"command": "sleep 60", "env": {}}
 STARTED = {"view": VIEW, "handle": "j1", "baseline": {"runs": 0, "incarnation": 3}}
 
 
-def one_error_line(out) -> str:
-    lines = out.stderr.splitlines()
-    assert lines and lines[0].startswith("mu: "), out.stderr
-    assert "Traceback" not in out.stderr
-    assert len([line for line in lines if line.startswith("mu: ")]) == 1, out.stderr
-    return lines[0]
 
 
 class Provider:
