@@ -33,6 +33,7 @@ BENCHES = (
     "ssh.py",
     "podman.py",
     "wait.py",
+    "blocked.py",
     "top.py",
     "agent_reads.py",
     "harnesses.py",

@@ -209,3 +209,14 @@ def test_cli_startup_targets():
     assert targets["mu plugin list (1 plugin)"] == "<= 2.5x"
     assert targets["mu host list (1 host profile)"] == "<= 2.5x"
     assert any(row[0].startswith("mu host list, per host") and row[1].endswith(" us") for row in rows)
+
+
+def test_blocked_times_the_exit_against_the_floor_with_its_target():
+    out, rows = quick_run("blocked.py")
+    figures = {row[0]: row for row in rows}
+    for stat in ("median", "min", "max"):
+        floor = figures[f"bare loop, block to its exit (floor), {stat}"]
+        subject = figures[f"mu wait, block to its exit (status 6), {stat}"]
+        assert floor[3] == "1.00x" and subject[2] == floor[1]  # the floor of the same figure
+        assert subject[4] == ("<= 1.2x" if stat == "median" else "-")
+        assert f"mu wait, block to the event on stdout, {stat}" in figures

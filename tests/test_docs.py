@@ -85,6 +85,7 @@ _GLYPHS = {
     "ti": "~",
     "ha": "^",
     "rs": "\\",
+    "->": "\u2192",  # mu top's arrow before a notice's command
 }
 
 
@@ -494,6 +495,19 @@ def test_local_only_variables_are_named(filename, pages):
     assert not missing, f"{filename} ENVIRONMENT does not name {missing}"
 
 
+def test_mu_state_lists_every_notice_blocked_first(pages):
+    # mu-state(1)'s notices are the kinds mu.agents.state makes, each a
+    # tag of the DESCRIPTION, the blocked agent's first (it is shown
+    # first); mu-top(1) says the same of its notices.
+    with open(os.path.join(ROOT, "mu", "agents", "state.py"), encoding="utf-8") as f:
+        made = set(re.findall(r'Notice\("([a-z-]+)"', f.read()))
+    listed = tags(pages["mu-state.1"].section("DESCRIPTION"))
+    assert made and made <= set(listed), f"mu-state.1 does not list {sorted(made - set(listed))}"
+    assert listed[0] == "blocked"
+    top = pages["mu-top.1"].section_text("DESCRIPTION")
+    assert "shows as a notice, first among the notices" in top and "mu answer" in top
+
+
 def test_effect_methods_agree(pages):
     # mu-plugin(1) lists what `plugin call` refuses; the protocol page marks
     # the effects; mu.schema is what the code refuses with.
@@ -565,7 +579,7 @@ def test_code_words_use_minus_signs(filename, pages):
         elif in_example:
             lines.append(line)
     for line in lines:
-        assert "-" not in line.replace("\\-", ""), f"{filename}: bare hyphen in {line!r}"
+        assert "-" not in line.replace("\\-", "").replace("\\(->", ""), f"{filename}: bare hyphen in {line!r}"
 
 
 def _tag_lines(lines: List[str]) -> List[str]:
