@@ -17,9 +17,11 @@ from test_site import make_checkout
 
 SECTION = 'docs/containers.md, "When podman cannot set the open files limit"'
 RLIMIT = "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied"
-RUNC_RLIMIT = "Error: runc: error setting rlimit type 7: operation not permitted: OCI permission denied"
+RUNC_RLIMIT = ("Error: unable to start container \"7b88d6f727d7\": runc: runc create failed: unable to start "
+               "container process: error during container init: error setting rlimits for ready process: "
+               "error setting rlimit type 7: operation not permitted: OCI permission denied")  # podman 4.3.1's, here
 
-FAKE = """#!/bin/sh
+FAKE = r"""#!/bin/sh
 # a podman whose containers are created but cannot start (the runtime's
 # error at start, as runc's is); rm removes, and exists says none is left
 echo "$*" >> "$0.log"
@@ -29,7 +31,7 @@ for a in "$@"; do
     create) echo 0123456789abcdef; exit 0 ;;
     rm) exit 0 ;;
     exists) exit 1 ;;
-    start|run) echo "%s" >&2; exit 125 ;;
+    start|run) cat "$0.says" >&2; exit 125 ;;
   esac
 done
 echo "Error: unexpected" >&2; exit 125
@@ -46,7 +48,8 @@ def fake_podman(tmp_path: Path, monkeypatch):
 
     def install(message: str) -> Path:
         path = folder / "podman"
-        path.write_text(FAKE % message.replace("`", "\\`"))
+        path.write_text(FAKE)
+        (folder / "podman.says").write_text(message + "\n")
         path.chmod(0o755)
         added = run_mu("plugin", "add", "podman", "--", str(ROOT / "bin" / "mu-plugin-podman"))
         assert added.returncode == 0, added.stderr
