@@ -10,7 +10,9 @@ image (tests/images/build.sh, cached; built on first need).
   same image with the same first process.
 - `mu host exec box -- true` (a whole mu command: start, plugin start and
   handshake, one link.exec through `podman exec`, stop) against `podman
-  exec <c> true`.
+  exec <c> true`, and against the same mu command on a host of the local
+  provider (examples/mu-plugin-local, in the same state): the part of the
+  cost that is the container's, not mu's.
 
 No targets: issue 21 asks for the figures.
 """
@@ -83,13 +85,18 @@ def measure(opts: harness.Options, engine) -> list:
     cycles = harness.interleave(runs, {"mu": mu_cycle, "podman": podman_cycle})
     run_s(acquire)
     [name] = engine.containers()
+    local = os.path.join(harness.ROOT, "examples", "mu-plugin-local")
+    run_s([PYTHON, MU, "plugin", "add", "local", "--", local, "--root", str(engine.folder / "local-root")])
+    run_s([PYTHON, MU, "host", "acquire", "lbox", "--provider", "local"])
     try:
         execs = harness.interleave(runs, {
             "mu": lambda: run_s([PYTHON, MU, "host", "exec", "box", "--", "true"]),
             "podman": lambda: run_s(podman + ["exec", name, "true"], env=env),
+            "local": lambda: run_s([PYTHON, MU, "host", "exec", "lbox", "--", "true"]),
         })
     finally:
         run_s(release)
+        run_s([PYTHON, MU, "host", "release", "lbox"])
     med = {k: harness.median(v) for k, v in cycles.items()}
     ex = {k: harness.median(v) for k, v in execs.items()}
     return [
@@ -98,6 +105,9 @@ def measure(opts: harness.Options, engine) -> list:
             med["mu"] / med["podman"]),
         Row("podman exec <c> true (floor)", harness.ms(ex["podman"]), harness.ms(ex["podman"]), 1.0),
         Row("mu host exec box -- true", harness.ms(ex["mu"]), harness.ms(ex["podman"]), ex["mu"] / ex["podman"]),
+        Row("mu host exec lbox -- true, local provider (floor)", harness.ms(ex["local"]), harness.ms(ex["local"]), 1.0),
+        Row("mu host exec box -- true, podman provider", harness.ms(ex["mu"]), harness.ms(ex["local"]),
+            ex["mu"] / ex["local"]),
     ]
 
 

@@ -124,6 +124,25 @@ def test_a_crash_after_the_container_was_made_finds_it_by_its_label(registered):
     assert engine.containers() == []
 
 
+def test_an_acquire_killed_between_create_and_start_is_adopted_started_and_ready(registered):
+    engine = registered
+    crashed = mu("host", "acquire", "box", "--provider", "podman", "--param", "image=" + engine.image,
+                 env={"MU_PODMAN_CRASH_AT": "created"})
+    assert crashed.returncode != 0
+    [name] = engine.containers()
+    state = engine.podman("container", "inspect", "--format", "{{.State.Status}}", name).stdout.strip()
+    assert state == "created"  # made, never started
+    again = mu("host", "acquire", "box", "--provider", "podman", "--param", "image=" + engine.image)
+    assert again.returncode == 0, again.stderr
+    assert engine.containers() == [name]  # adopted: one container for the key
+    state = engine.podman("container", "inspect", "--format", "{{.State.Status}}", name).stdout.strip()
+    assert state == "running"
+    ran = mu("host", "exec", "box", "--", "true")
+    assert ran.returncode == 0, ran.stderr
+    assert mu("host", "release", "box").returncode == 0
+    assert engine.containers() == []
+
+
 def test_a_deadline_that_passes_takes_the_container_after_the_final_collect(registered, checkout):
     engine = registered
     acquired = mu("host", "acquire", "box", "--provider", "podman", "--param", "image=" + engine.image,

@@ -1,12 +1,19 @@
 """The host seam: a container per acquire key.
 
-host.acquire {key, params} runs `<engine> run -d` of the `image` param in a
+host.acquire {key, params} creates (`<engine> create`, then `start`) the `image` param in a
 container named `mu-<20 hex of sha256(instance, key)>` (its handle), with
 labels that carry the key, the instance, the params' digest and the
 deadline.  The name is the fence against a second container: the engine
 makes one container of a name, so a repeat (in this process or any later
 one, after a crash) finds the first and answers its result from its
-labels; the same key with other params is refused.  The --param keys:
+labels; the same key with other params is refused.  A container found
+so (an acquire killed between create and start left it `created`) is
+adopted only once it is brought to a fresh one's state (started, or
+removed and made anew when it cannot start) and proven ready (`exec
+true`); host.lookup does the same before it answers found.  Test-only:
+`MU_PODMAN_CRASH_AT=created` SIGKILLs the plugin between create and
+start.  A start refused for the open files limit names the doc section
+with its fix (docs/containers.md).  The --param keys:
 
 - `image` (required): the image to run (it must have sh, git, tmux and
   python3 for jobs and the demo agent);
@@ -42,7 +49,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
 import time
 from typing import Any, Dict, Optional
 
@@ -91,11 +100,13 @@ class HostSeam:
         end = call_end(call, EFFECT_S)
         found = self._inspect(name, end, call, acts=True)
         if found is not None:
-            return _same(found, key, digest)
+            adopted = self._adopt(found, name, key, digest, end, call, recreate=True)
+            if adopted is not None:
+                return adopted
         deadline_at = now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
         labels = {"key": key, "instance": self.options.instance(), "params": digest,
                   "deadline": str(deadline_at or ""), "maxJobs": str(wanted.get("max_jobs", ""))}
-        args = ["run", "-d", "--rm", "--name", name, "--hostname", name, "--network", wanted.get("network", "none")]
+        args = ["create", "--rm", "--name", name, "--hostname", name, "--network", wanted.get("network", "none")]
         for label, value in labels.items():
             args += ["--label", "%s.%s=%s" % (LABEL, label, value)]
         if "cpus" in wanted:
@@ -107,19 +118,62 @@ class HostSeam:
         ran = engine_run(self.options, args, end, call)
         said = ran.err.decode("utf-8", "replace")
         if ran.ended != "exit":
-            raise sdk.UnknownOutcome("%s run of %s did not end in time" % (self.options.engine, name))
+            raise sdk.UnknownOutcome("%s create of %s did not end in time" % (self.options.engine, name))
         if ran.code != 0:
             found = self._inspect(name, end, call, acts=True)
             if found is not None:  # another acquire of the key made it first: one container
-                return _same(found, key, digest)
+                return self._adopt(found, name, key, digest, end, call)
             if "image not known" in said or "manifest unknown" in said or "pull access denied" in said \
                     or "unable to find" in said.lower():
                 raise sdk.Permanent("no image %s here: %s" % (wanted["image"], first_line(said)))
-            raise sdk.Permanent("%s run failed: %s" % (self.options.engine, first_line(said)))
+            raise sdk.Permanent(_failed(self.options.engine, "create", said))
+        _crash_point("created")
+        try:
+            self._start(name, end, call)
+        except sdk.Permanent:
+            self._remove(name, end, call)  # nothing half-made is left for the key
+            raise
         found = self._inspect(name, end, call, acts=True)
         if found is None:
             raise sdk.UnknownOutcome("container %s was started but is not there" % name)
-        return _same(found, key, digest)
+        return self._adopt(found, name, key, digest, end, call)
+
+    def _adopt(self, found: Dict[str, Any], name: str, key: str, digest: Optional[str], end: float, call: Any,
+               recreate: bool = False) -> Optional[Dict[str, Any]]:
+        """Bring container `found` (this key's) to the state a fresh one
+        has, and prove it ready, before its result is answered: `running`
+        is kept, `created`/`exited`/`stopped` (an acquire killed between
+        create and start, or a stop) is started; one that cannot be
+        started is removed, and None answered when `recreate` (the caller
+        then makes it anew), else the call fails Retryable.  Ready means `<engine> exec <c> true` ran and exited 0."""
+        result = _same(found, key, digest) if digest is not None else _result(found)
+        state = found.get("State") or {}
+        status = str(state.get("Status", "")).lower()
+        if not state.get("Running") or status != "running":
+            if status in ("paused",):
+                raise sdk.Permanent("container %s is paused: unpause or release it" % name)
+            try:
+                self._start(name, end, call)
+            except sdk.Permanent as exc:
+                self._remove(name, end, call)
+                if recreate:
+                    return None
+                raise sdk.Retryable("container %s could not be started and was removed (acquire again): %s"
+                                    % (name, exc.message)) from None
+        ran = engine_run(self.options, ["exec", name, "true"], end, call)
+        if ran.ended != "exit":
+            raise sdk.UnknownOutcome("%s exec true in %s did not end in time" % (self.options.engine, name))
+        if ran.code != 0:
+            raise sdk.Retryable("container %s is not ready: %s" % (name, first_line(ran.err.decode("utf-8", "replace"))))
+        return result
+
+    def _start(self, name: str, end: float, call: Any) -> None:
+        """`<engine> start` of container `name`; a running one is left as is."""
+        ran = engine_run(self.options, ["start", name], end, call)
+        if ran.ended != "exit":
+            raise sdk.UnknownOutcome("%s start of %s did not end in time" % (self.options.engine, name))
+        if ran.code != 0:
+            raise sdk.Permanent(_failed(self.options.engine, "start", ran.err.decode("utf-8", "replace")))
 
     @sdk.method("host.lookup")
     def lookup(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -134,7 +188,16 @@ class HostSeam:
             return {"none": True}
         if _labels(found).get("key") != key:
             return {"unknown": "container %s carries another key" % name}
-        return {"found": _result(found)}
+        # the lookup resolves an acquire in doubt: its found is the host a
+        # fresh acquire answers, so a container left created (the acquire
+        # killed before its start) is started and proven ready first
+        try:
+            adopted = self._adopt(found, name, key, None, call_end(call, EFFECT_S), call, recreate=True)
+        except sdk.PluginError as exc:
+            return {"unknown": exc.message}
+        if adopted is None:  # it could not be started and is removed: nothing of the key is left
+            return {"none": True}
+        return {"found": adopted}
 
     @sdk.method("host.status")
     def status(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -232,6 +295,27 @@ class HostSeam:
         if not isinstance(handle, str) or not BOX_NAME.match(handle):
             raise sdk.Permanent("target.host.handle %r is not a container this plugin made" % (handle,))
         return handle
+
+
+RLIMIT = ("setting rlimit", "setrlimit", "rlimit_nofile")
+RLIMIT_SECTION = 'docs/containers.md, "When podman cannot set the open files limit"'
+
+
+def _failed(engine: str, verb: str, said: str) -> str:
+    """The acquire's error for an engine command that failed; the rlimit
+    failure names the doc section that has its fix."""
+    text = "%s %s failed: %s" % (engine, verb, first_line(said))
+    if any(r in said.lower() for r in RLIMIT):
+        text += " (see %s)" % RLIMIT_SECTION
+    return text
+
+
+def _crash_point(point: str) -> None:
+    """Test-only: `MU_PODMAN_CRASH_AT=<point>` SIGKILLs the plugin there
+    (mu's own MU_CRASH_AT is local-only and never reaches a plugin).
+    Points: `created` (the container is created, not yet started)."""
+    if os.environ.get("MU_PODMAN_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _labels(found: Dict[str, Any]) -> Dict[str, str]:
