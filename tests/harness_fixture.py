@@ -6,8 +6,10 @@ finds them there by the same hash.  A missing harness fails the test under
 CI (CI=true) and skips it elsewhere, naming the command that installs it.
 
 `claude_env` is what a test gives Claude Code: the stub's address, a key
-of no value, no traffic elsewhere, and the checkout's bin/ on PATH (so the
-job's `mu-bridge` is this checkout's).  HOME is the test's own (conftest's
+of no value, no traffic elsewhere, the checkout's bin/ on PATH (so the
+job's `mu-bridge` is this checkout's), and IS_SANDBOX=1: the tests run as
+root, where Claude Code refuses full access (bypassPermissions) unless
+told the host is a sandbox (tests/test_harness_claude.py shows the refusal).  HOME is the test's own (conftest's
 `isolated`), so Claude's config and transcripts stay in the test's folder.
 """
 
@@ -73,6 +75,7 @@ def claude_env(stub_model, monkeypatch, tmp_path):
         "ANTHROPIC_API_KEY": "sk-stub-not-a-key",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
+        "IS_SANDBOX": "1",
         "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
         "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
         "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",

@@ -158,6 +158,24 @@ def test_pi_refuses_the_read_only_role_it_cannot_keep(tmp_path):
     assert pi.log.read_text() == "mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n"
 
 
+def test_pi_refuses_to_ask_for_approval_it_cannot_ask(tmp_path):
+    pi = Bridge(tmp_path / "job", tmp_path, "pi")
+    pi.start("--ask", wait=False)
+    assert pi.proc.wait(15) == 2
+    assert pi.log.read_text() == "mu-bridge: pi cannot ask for approval: --ask needs claude or codex\n"
+
+
+def test_claude_never_asks_under_full_access_and_asks_with_ask(bridge):
+    """full-access: `--permission-mode bypassPermissions` (the fixture's
+    IS_SANDBOX=1 lets root use it); --ask: Claude's default mode, no flag."""
+    bridge.start()
+    argv = bridge.harness().cmdline()
+    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions", argv
+    bridge.stop()
+    bridge.start("--ask")
+    assert "--permission-mode" not in bridge.harness().cmdline()
+
+
 def test_the_skill_is_written_once_under_the_job_folder_by_its_hash_and_put_right_whole(tmp_path):
     """place_skill (in-process: no harness needed): the same text is the same
     tree, written once; another text is another tree; a tree edited by hand

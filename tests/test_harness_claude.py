@@ -11,6 +11,7 @@ at once, so a test takes about as long as mu and Claude's own start-up.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def state_of(agent: str) -> dict:
 
 
 def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_steer_fresh(box, claude_env):
-    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree",
+    # --ask: Claude's own asking mode, so its permission request is the person's to answer
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree", "--ask",
                  "--send", "hello from the test")
     first = spawned.stdout.split()[-1] if spawned.stdout else ""
     assert settled()["lastText"] == "STUB: hello from the test"
@@ -71,7 +73,7 @@ def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_s
     # the spawn gave Claude mu's skill (the bridge's --plugin-dir: a plugin named mu)
     assert harness_fixture.told_of_skill(claude_env, "- mu:mu: ")
 
-    # a tool call: Claude asks first, the turn shows blocked with the question
+    # a tool call: Claude asks first (--ask), the turn shows blocked with the question
     sent = mu("send", "w/a", "please STUB_TOOL")
     assert "accepted" in sent.stdout
     wait_for(lambda: state_of("w/a")["turn"] == "blocked", 20, "the permission request")
@@ -132,3 +134,54 @@ def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_s
     waited = settled("0")
     assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
     mu("agent", "close", "w/a")
+
+
+def harness_argv(box: Path) -> list:
+    """The command line of the Claude Code the job runs (its bridge's child)."""
+    import psutil
+
+    (job,) = [p.parent for p in box.parent.rglob("turn.json")]
+    pid = json.loads((job / "turn.json").read_text())["pid"]
+    return psutil.Process(pid).children()[0].cmdline()
+
+
+def test_full_access_claude_runs_a_command_without_asking_and_its_question_still_blocks(box, claude_env):
+    """The full-access role without --ask: Claude runs in bypassPermissions,
+    so the stub model's shell command runs and the turn settles, never
+    `blocked`; its own question (AskUserQuestion) still waits for mu answer."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--worktree", "--send", "please STUB_TOOL")
+    waited = settled()
+    assert (waited["runs"], waited["lastText"]) == (1, "STUB: tool done")
+    argv = harness_argv(box)
+    assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions", argv
+    mu("collect", "w/a")
+    assert git("show", "mu/w/a:stub-note.txt", cwd=box) == "written by the stub model"  # the command ran
+    read = mu("agent", "read", "w/a", "-n", "40").stdout
+    assert "tool Bash: run: printf" in read and "answer with:" not in read, read  # nothing was asked
+
+    mu("send", "w/a", "STUB_ASK please")
+    wait_for(lambda: state_of("w/a")["turn"] == "blocked", 20, "the question")
+    assert "claude asks: Which colour? (mu answer w/a red | blue)" in state_of("w/a")["reason"]
+    mu("answer", "w/a", "red")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+    assert "red" in json.dumps(claude_env.turns()[-1]["body"]["messages"][-1])
+    mu("agent", "close", "w/a")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="Claude Code refuses bypassPermissions only to root")
+def test_full_access_claude_as_root_outside_a_sandbox_fails_the_spawn_naming_what_to_set(box, claude_env,
+                                                                                          monkeypatch):
+    """As root without IS_SANDBOX=1, Claude Code refuses bypassPermissions:
+    the spawn fails (exit 5) saying why and what to set, keeps nothing, and
+    never runs Claude in a mode that asks instead."""
+    monkeypatch.delenv("IS_SANDBOX")
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--send", "please STUB_TOOL",
+                 timeout=90)
+    assert out.returncode == 5, (out.stdout, out.stderr)
+    assert ("mu-bridge: Claude Code refuses bypassPermissions as root: run as another user, or set IS_SANDBOX=1"
+            " in --env if the host is a sandbox") in out.stderr, out.stderr
+    assert "says why in the pane's lines above; nothing of the spawn was kept" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert json.loads(mu("agent", "list", "--json").stdout) == []
+    assert not claude_env.seen("STUB_TOOL")  # no turn ran, asking or not

@@ -42,6 +42,27 @@ def test_a_harness_program_comes_from_the_environment_then_the_file(config, monk
     assert harnesses.command_line("demo", "mu-demo-agent", "read-only") == "mu-demo-agent"
 
 
+def test_ask_goes_to_the_bridge_only_when_asked():
+    assert harnesses.command_line("claude", "mu-bridge claude", "full-access", True) == "mu-bridge claude --ask"
+    assert harnesses.command_line("codex", "mu-bridge codex", "read-only", True) == \
+        "mu-bridge codex --role read-only --ask"
+    assert " --ask" not in harnesses.command_line("claude", "mu-bridge claude")
+
+
+@pytest.mark.parametrize("extra, which", [
+    (["--harness", "pi"], "pi"),
+    (["--harness", "demo"], "demo"),
+    (["--harness", "sh"], "sh"),
+    (["--command", "sleep 60"], "a --command line"),
+    (["--harness", "claude", "--command", "sleep 60"], "a --command line"),
+])
+def test_ask_is_refused_for_a_harness_that_cannot_ask_before_any_call(config, extra, which):
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--ask", *extra)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        f"mu: --ask needs a harness that can ask for approval (claude or codex), not {which}"], out.stderr
+
+
 @pytest.mark.parametrize("text, says", [
     ("harness: [1, 2]\n", "the config file's harness must be a harness's name"),
     ("harnesses:\n  claude:\n    program: ''\n", "harnesses.claude.program must be a command line"),

@@ -39,8 +39,9 @@ def test_claude_over_ssh_runs_behind_a_bridge_put_on_the_host(sshd, remote_stub,
     mu("plugin", "add", "ssh", "--", *sshd.plugin_argv())
     mu("host", "add", "box", "--plugin", "ssh")
     # the harness's environment on the host is the job's: the stub's address
-    # and a key of no value, given as --env
-    mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "claude",
+    # and a key of no value, given as --env; --ask, so its permission request
+    # comes back over the link to be answered
+    mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "claude", "--ask",
        "--env", f"ANTHROPIC_BASE_URL={remote_stub.url}", "--env", "ANTHROPIC_API_KEY=sk-stub-not-a-key",
        "--env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "--env", "DISABLE_AUTOUPDATER=1",
        *[f"--env=GIT_{who}_{what}={value}" for who in ("AUTHOR", "COMMITTER")

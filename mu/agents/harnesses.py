@@ -81,16 +81,30 @@ def program(harness: str) -> Optional[str]:
     return chosen
 
 
-def command_line(harness: str, own: str, role: str = "full-access") -> str:
+def command_line(harness: str, own: str, role: str = "full-access", ask: bool = False) -> str:
     """The job's command line for a harness whose own line is `own`: a
-    bridged harness's gets `--program <the configured program>`, and
-    `--role <role>` unless the role is full-access (the bridge maps it onto
-    the harness's own settings: docs/harnesses.md, "Roles")."""
+    bridged harness's gets `--program <the configured program>`,
+    `--role <role>` unless the role is full-access, and `--ask` when the
+    person approves each command (the bridge maps both onto the harness's
+    own settings: docs/harnesses.md, "Roles").  Whether the harness can
+    ask is the spawn's check (`can_ask`), made before this."""
     if not own.startswith("mu-bridge "):
         return own
     configured = program(harness)
     line = own if configured is None else f"{own} --program {shlex.quote(configured)}"
-    return line if role == "full-access" else f"{line} --role {shlex.quote(role)}"
+    if role != "full-access":
+        line = f"{line} --role {shlex.quote(role)}"
+    return f"{line} --ask" if ask else line
+
+
+ASKING_HARNESSES = ("claude", "codex")  # the bridge maps --ask onto their own asking mode
+
+
+def can_ask(harness: str) -> bool:
+    """Whether `mu agent spawn --ask` can run this harness in a mode that
+    asks for approval: pi has none, the demo agent and a --command line
+    are not the bridge's to set."""
+    return harness in ASKING_HARNESSES
 
 
 def skill_path() -> str:

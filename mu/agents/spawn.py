@@ -116,6 +116,7 @@ class SpawnRequest(NamedTuple):
     send: Optional[str] = None
     task: Optional[str] = None
     from_rev: Optional[str] = None  # --from: the worktree's commit in the caller's checkout (default HEAD)
+    ask: bool = False  # --ask: the harness asks before each command (docs/harnesses.md, "Roles")
 
 
 class Plan(NamedTuple):
@@ -211,11 +212,15 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     if request.command is not None:
         if not request.command.strip():
             raise UsageError("--command is empty: give the agent's command line")
+        if request.ask:
+            raise UsageError("--ask needs a harness that can ask for approval (claude or codex), not a --command line")
         return harness, request.command, "command"
+    if request.ask and not harnesses.can_ask(harness):
+        raise UsageError(f"--ask needs a harness that can ask for approval (claude or codex), not {harness}")
     own = HARNESSES[harness]
     if own is None:
         raise UsageError(f"the {harness} harness has no command line of its own: give --command")
-    return harness, harnesses.with_skill(harnesses.command_line(harness, own, request.role)), "harness"
+    return harness, harnesses.with_skill(harnesses.command_line(harness, own, request.role, request.ask)), "harness"
 
 
 def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str], Optional[Task]]:
@@ -576,7 +581,8 @@ def _ready(client, host: ProviderHost, job: jobs.Job, plan: Plan, start: Optiona
                 agents.set_first_inc(conn, plan.workstream, plan.name, inc)
                 agents.set_incarnation(conn, plan.workstream, plan.name, int(inc))  # what deliveries expect
             row = agents.find(plan.workstream, plan.name) or row
-    _await_life(client, host, job, row, until, ref, lifeless)
+    ended = HARNESS_ENDED if plan.cmd.startswith("mu-bridge ") else NOT_A_CHANNEL_SPEAKER
+    _await_life(client, host, job, row, until, ref, lifeless, ended)
     return answer
 
 
@@ -590,11 +596,11 @@ def _left(until: Deadline) -> float:
 
 
 def _await_life(client, host: ProviderHost, job: jobs.Job, row: Agent, until: Deadline,
-                ref: Optional[PaneRef], lifeless: Dict[str, bool]) -> None:
+                ref: Optional[PaneRef], lifeless: Dict[str, bool], ended: str = "") -> None:
     """Wait for the agent's own sign of life (`channel.shows_life`), asking
     the job's liveness between readings; raise `Permanent` (exit 5) when
-    the job ended before it, or when `until` passes without it (and set
-    `lifeless["yes"]`: the agent never took anything)."""
+    the job ended before it (`ended` its remedy), or when `until` passes
+    without it (and set `lifeless["yes"]`: the agent never took anything)."""
     pause = READY_POLL_FIRST_S
     said = ""
     while True:
@@ -613,7 +619,7 @@ def _await_life(client, host: ProviderHost, job: jobs.Job, row: Agent, until: De
                    else f"lost: {status.get('reason')}")
             lifeless["yes"] = True
             raise Permanent(f"its job ended ({how}) before the agent ever showed a sign of life"
-                            f"{_pane_lines(ref)}", NOT_A_CHANNEL_SPEAKER)
+                            f"{_pane_lines(ref)}", ended or NOT_A_CHANNEL_SPEAKER)
         if until.expired:
             lifeless["yes"] = True
             raise Permanent(f"the agent gave no sign of life within MU_SPAWN_JOB_MS"
@@ -623,6 +629,9 @@ def _await_life(client, host: ProviderHost, job: jobs.Job, row: Agent, until: De
         pause = min(READY_POLL_MAX_S, pause * 2)
 
 
+# a harness's bridge that ends at its start says why in its pane (a harness
+# that refused its role's mode, one that is not installed): that is the remedy
+HARNESS_ENDED = "the harness's bridge says why in the pane's lines above; nothing of the spawn was kept"
 NOT_A_CHANNEL_SPEAKER = ("only a program that speaks mu's channel (the demo agent, `--harness demo`, and the"
                          " harnesses) can take deliveries; nothing of the spawn was kept")
 

@@ -118,7 +118,8 @@ class SpawnResult:
 
 def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optional[Dict[str, str]] = None, *,
                 harness: Optional[str] = None, role: str = "full-access", worktree: bool = False,
-                send: Optional[str] = None, task: Optional[str] = None, from_rev: Optional[str] = None) -> SpawnResult:
+                send: Optional[str] = None, task: Optional[str] = None, from_rev: Optional[str] = None,
+                ask: bool = False) -> SpawnResult:
     """Spawn `agent` (`<workstream>/<name>`) on provider host `host`.
 
     Refusals come before anything is written (exit 2).  An unknown outcome
@@ -132,7 +133,13 @@ def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optio
     start (`first_msg_id`; an unknown outcome raises `UnknownOutcome`
     naming that msgId, which `agent_check` resolves), any other kind gets
     it as a delivery after readiness (`first_delivery`).  Readiness that
-    fails stops the job; the error names the step."""
+    fails stops the job; the error names the step.
+
+    `ask` runs the harness in its own asking mode (Claude Code's default
+    permission mode, Codex's `untrusted`): each command it asks for is
+    `blocked` until `answer`.  Without it a full-access harness never asks.
+    A harness that cannot ask (pi, demo, a `command` line) is refused
+    (`UsageError`) before anything is written."""
     environment.effect_timeout_ms()  # a malformed knob refuses before anything is written
     environment.host_deadline_margin_ms()
     environment.spawn_job_ms()
@@ -140,7 +147,7 @@ def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optio
     text.check_given(from_rev, "--from")
     with _plugins_stopped():
         done = spawning.spawn(spawning.SpawnRequest(agent, host, command, dict(env or {}), harness, role, worktree,
-                                                    send, task, from_rev))
+                                                    send, task, from_rev, bool(ask)))
     delivery = done.delivery._asdict() if done.delivery is not None else None
     first = done.first_msg_id or (delivery or {}).get("msg_id")
     return SpawnResult(_info(life.see(done.agent, ask=False)), done.job.token, done.resolved, done.baseline, first,

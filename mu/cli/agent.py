@@ -1,6 +1,6 @@
 """
 Usage:
-  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>]
+  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--ask] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>]
   mu agent list [--json]
   mu agent show <agent> [--json]
   mu agent read <agent> [-n <lines>] [--json]
@@ -14,6 +14,7 @@ Options:
   --from <rev>        The commit the worktree starts from, HEAD when not given.
   --harness <h>       The agent program: sh (runs --command), demo, claude, codex or pi; without it, $MU_HARNESS, the config file's harness, else sh.
   --role <role>       full-access or read-only [default: full-access].
+  --ask               The harness asks before each command (claude, codex): blocked until mu answer.
   --command <cmd>     The agent's command line.
   --env <k=v>         A variable of the agent's environment; repeatable.
   --send <text>       The agent's first prompt (- reads it from standard input).
@@ -66,7 +67,7 @@ def verb_spawn(args: Dict[str, Any]) -> int:
         spawned = agent_api.agent_spawn(
             args["<agent>"], args["--host"], args["--command"], _env(args["--env"]), harness=args["--harness"],
             role=args["--role"], worktree=bool(args["--worktree"]), send=send, task=args["--task"],
-            from_rev=args["--from"],
+            from_rev=args["--from"], ask=bool(args["--ask"]),
         )
     except Terminating as t:
         if t.left is None:  # a first prompt's delivery names its own msgId

@@ -1,7 +1,7 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--poll <seconds>]
-                  [--skill <encoded SKILL.md>] [-- <extra args>]
+Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--ask]
+                  [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
 structured mode as its child, takes deliveries from the job folder's
@@ -36,9 +36,18 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
   deny it with the keys as the user's reply.  A question (Claude's
   AskUserQuestion, Codex's request_user_input) is `blocked` with its
   options as the keys, and the answer's keys are its answer.
-- --role read-only runs Claude with `--permission-mode plan` and Codex
-  with `sandbox: read-only` in its plan mode; full-access (the default)
-  as described in docs/harnesses.md, "Roles".
+- --role full-access (the default) never stops to ask: Claude runs with
+  `--permission-mode bypassPermissions`, Codex with `approvalPolicy:
+  never` and `sandbox: danger-full-access`, pi as it is.  --ask is the
+  harness's own asking mode instead (Claude's default permission mode,
+  Codex's `untrusted`), its permissions `blocked` until answered; pi
+  cannot ask, and is refused --ask (exit 2).  --role read-only runs
+  Claude with `--permission-mode plan` and Codex with `sandbox:
+  read-only`, `approvalPolicy: untrusted`, in its plan mode, --ask or
+  not.  A harness's own questions are `blocked` under every role.  A
+  Claude that refuses bypassPermissions (as root, outside a sandbox)
+  ends the bridge with exit 1 and one line naming why and what to set:
+  it never asks instead (docs/harnesses.md, "Roles").
 - --skill (a SKILL.md, zlib-compressed then base64, as mu's spawn gives
   it: the host needs no mu) is written under the job folder, never the
   person's configuration nor the working tree, and each harness is told
@@ -77,7 +86,7 @@ import zlib
 
 DIR_VAR = "MU_DEMO_AGENT_DIR"  # the local provider names the job folder so (mu/plugins/local/processes.py)
 USAGE = ("usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>]"
-         " [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]")
+         " [--ask] [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]")
 SKILL_NAME = "mu"  # the skill's name in its front matter (mu/SKILL.md)
 ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
 HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex"),
@@ -259,8 +268,9 @@ def _file_holds_exactly(path, data):
 class Harness:
     name = ""
 
-    def __init__(self, program, extra, cwd, events, role="full-access", skill=None):
+    def __init__(self, program, extra, cwd, events, role="full-access", skill=None, ask=False):
         self.role = role
+        self.ask = ask  # --ask: the harness's own asking mode, in place of never asking
         self.skill = skill  # the mu skill's tree (place_skill), or None
         self.program = program
         self.extra = extra
@@ -268,6 +278,7 @@ class Harness:
         self.events = events
         self.proc = None
         self.stderr_tail = []
+        self.stderr_reader = None  # the thread reading its stderr (a failed start waits for its last lines)
         self.lock = threading.Lock()
         self.log_lock = threading.Lock()  # harness.log: its stderr and the lines skipped
 
@@ -279,7 +290,8 @@ class Harness:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
         threading.Thread(target=self._read, args=(proc,), daemon=True).start()
-        threading.Thread(target=self._errors, args=(proc,), daemon=True).start()
+        self.stderr_reader = threading.Thread(target=self._errors, args=(proc,), daemon=True)
+        self.stderr_reader.start()
 
     def _read(self, proc):
         """Its stdout, one JSON event a line, until it ends.  Whatever bytes
@@ -378,6 +390,13 @@ class Harness:
         """What the bridge keeps, with a turn, for its receipt (pi's; others keep their own)."""
         return None
 
+    def start_failed(self):
+        """Why the harness exited at its start, in one line: its last lines
+        of stderr (read to their end first), unless the harness knows better."""
+        if self.stderr_reader is not None:
+            self.stderr_reader.join(2.0)
+        return "%s exited at its start: %s" % (self.name, " | ".join(self.stderr_tail) or "no message")
+
     def stop(self):
         proc = self.proc
         if proc is None or proc.poll() is not None:
@@ -408,11 +427,23 @@ class Claude(Harness):
                                "--permission-prompt-tool", "stdio"]
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
         if self.role == "read-only":
-            argv += ["--permission-mode", "plan"]
+            argv += ["--permission-mode", "plan"]  # it refuses edits and commands itself
+        elif not self.ask:
+            argv += ["--permission-mode", "bypassPermissions"]  # full access: it never stops to ask
         if self.skill:
             argv += ["--plugin-dir", os.path.join(self.skill, "claude")]  # for this session only: nothing in ~/.claude
         self.spawn(argv + self.extra)
         self.write({"type": "control_request", "request_id": "mu-init", "request": {"subtype": "initialize"}})
+
+    ROOT_REFUSAL = "cannot be used with root/sudo privileges"  # what Claude Code 2.1 says, as root, to bypassPermissions
+
+    def start_failed(self):
+        why = Harness.start_failed(self)
+        if self.ROOT_REFUSAL in why:
+            # never fall back to asking: the role says it does not ask
+            return ("Claude Code refuses bypassPermissions as root: run as another user, or set IS_SANDBOX=1"
+                    " in --env if the host is a sandbox")
+        return why
 
     def translate(self, event):
         kind = event.get("type")
@@ -496,8 +527,15 @@ class Codex(Harness):
     `turn/completed` ends every message the turn held."""
 
     name = "codex"
-    APPROVAL = "untrusted"  # every command that is not known safe is asked first
+    NEVER, ASKING = "never", "untrusted"  # approval policies: never ask; ask for what is not known safe
     SANDBOXES = {"full-access": "danger-full-access", "read-only": "read-only"}
+    # its model may ask the user (request_user_input) in its default mode too,
+    # not only in plan mode: a question is `blocked` under every role
+    CONFIG = {"features.default_mode_request_user_input": True}
+
+    def approval(self):
+        """full-access asks nothing unless --ask; read-only asks as it always did."""
+        return self.ASKING if self.ask or self.role == "read-only" else self.NEVER
 
     def start(self, session, resume):
         self.thread = session if resume else None
@@ -600,11 +638,13 @@ class Codex(Harness):
         return []
 
     def _open_thread(self):
+        # a resumed thread gets the role again: Codex keeps its policy and
+        # sandbox, but not the config of the server that started it
+        settings = {"approvalPolicy": self.approval(), "sandbox": self.SANDBOXES[self.role], "config": dict(self.CONFIG)}
         if self.thread:
-            self.call("mu-thread", "thread/resume", {"threadId": self.thread})
+            self.call("mu-thread", "thread/resume", dict(settings, threadId=self.thread))
         else:
-            self.call("mu-thread", "thread/start", {"cwd": self.cwd, "approvalPolicy": self.APPROVAL,
-                                                    "sandbox": self.SANDBOXES[self.role]})
+            self.call("mu-thread", "thread/start", dict(settings, cwd=self.cwd))
 
     def _start_turn(self, key, text):
         params = {"threadId": self.thread, "clientUserMessageId": key, "input": [{"type": "text", "text": text}]}
@@ -895,8 +935,7 @@ class Bridge:
             if proc is not self.harness.proc:
                 continue
             if event[0] == "exit":
-                raise BridgeError("%s exited at its start: %s" % (
-                    self.harness.name, " | ".join(self.harness.stderr_tail) or "no message"))
+                raise BridgeError(self.harness.start_failed())
             if event[0] == "failed":
                 self.harness.stop()
                 raise BridgeError("%s: %s" % (self.harness.name, event[1]))
@@ -1242,6 +1281,7 @@ def main(argv=None):
     program = os.environ.get(variable) or default
     poll = POLL_S
     role = "full-access"
+    ask = False
     skill = None
     extra = []
     while args:
@@ -1249,6 +1289,9 @@ def main(argv=None):
         if arg == "--":
             extra = args
             break
+        if arg == "--ask":
+            ask = True
+            continue
         if arg in ("--dir", "--program", "--role", "--poll", "--skill") and args:
             value = args.pop(0)
         else:
@@ -1277,6 +1320,9 @@ def main(argv=None):
     if harness == "pi" and role != "full-access":
         sys.stderr.write("mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n")
         return 2
+    if harness == "pi" and ask:
+        sys.stderr.write("mu-bridge: pi cannot ask for approval: --ask needs claude or codex\n")
+        return 2
     if not folder:
         sys.stderr.write("mu-bridge: no folder: give --dir or set %s\n%s\n" % (DIR_VAR, USAGE))
         return 2
@@ -1295,7 +1341,7 @@ def main(argv=None):
         except OSError as exc:
             sys.stderr.write("mu-bridge: cannot write the mu skill in %s: %s\n" % (folder, exc.strerror or exc))
             return 1
-    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role, root)
+    agent = HARNESSES[harness](command, extra, os.getcwd(), queue.Queue(), role, root, ask)
     bridge = Bridge(os.path.abspath(folder), os.getcwd(), agent, os.environ.get("MU_AGENT", ""), poll)
 
     def stop(signum, _frame):
