@@ -26,7 +26,9 @@ A message is never delivered twice and never silently dropped:
   `deliveries.unresolved` (`mu state`'s notices).
 
 Refusals come before anything is written or called (exit 2): a bad name,
-an agent mu does not know (or closed), an empty text, a capability that is
+an agent mu does not know (or closed), an empty text, a text over
+`mu.seams.delivery.MAX_TEXT_BYTES` (or a call its escapes make too big
+for one message: the engine's refusal), a capability that is
 `none` or `false` (naming it), a job on a `lost` host, a plugin that now
 answers under another instance, and an answer (without `force`) to an agent
 whose turn is not `blocked`: only the read of its turn is called first.
@@ -102,6 +104,7 @@ def check_request(request: Request) -> None:
         raise UsageError("`mu command` needs a command name that is not empty")
     if request.kind == "answer" and not seam.keys_ok(list(request.keys)):
         raise UsageError("`mu answer` needs one or more keys, none of them empty")
+    seam.refuse_oversized_request(request)  # on the text's own bytes, before anything is written
 
 
 def _expected_incarnation(client: PluginClient, target: _Target, kind: str) -> Optional[int]:
