@@ -36,7 +36,8 @@ KINDS = {
     "command": (["command", "w/a", "compact", "--instructions", "keep the tests"], "channel.command"),
     "interrupt": (["interrupt", "w/a", "stop and look at this"], "channel.interrupt"),
     "abort": (["abort", "w/a"], "channel.abort"),
-    "answer": (["answer", "w/a", "y", "2"], "channel.answer"),
+    # the fake's agent is idle, asked nothing: only --force answers it
+    "answer": (["answer", "w/a", "y", "2", "--force"], "channel.answer"),
 }
 
 
@@ -150,7 +151,7 @@ def test_each_kind_is_delivered_once_with_its_params(talk):
     assert interrupt["msgId"] == printed["interrupt"][0] and interrupt["text"] == "stop and look at this"
     assert isinstance(interrupt["timeoutMs"], int) and interrupt["timeoutMs"] > 0
     assert set(params["channel.abort"]) == {"target", "timeoutMs"}
-    assert params["channel.answer"] == {"target": target, "keys": ["y", "2"], "force": False}
+    assert params["channel.answer"] == {"target": target, "keys": ["y", "2"], "force": True}
     assert made[-1]["params"]["mode"] == "steer" and made[-1]["params"]["force"] is True
     # the rows: accepted, each its msgId, the baselines the replies gave
     rows = t.rows()
@@ -454,7 +455,7 @@ def test_last_cursor_and_unresolved(talk, isolated):
             assert deliveries.last_cursor(conn, "w", "a") is None
         assert run_mu("send", "w/a", "one").returncode == 0
         assert run_mu("send", "w/a", "two").returncode == 0
-        assert run_mu("answer", "w/a", "y").returncode == 0  # no baseline of its own
+        assert run_mu("answer", "w/a", "y", "--force").returncode == 0  # no baseline of its own
         with db.reading() as conn:
             assert deliveries.last_cursor(conn, "w", "a") == (1, 1, False)  # runs, the incarnation of the fake, not a fresh
             assert deliveries.last_cursor(conn, "w", "other") is None

@@ -26,9 +26,12 @@ A message is never delivered twice and never silently dropped:
   `deliveries.unresolved` (`mu state`'s notices).
 
 Refusals come before anything is written or called (exit 2): a bad name,
-an agent mu does not know (or closed), an empty text, a capability that is
+an agent mu does not know (or closed), an empty text, a text over
+`mu.seams.delivery.MAX_TEXT_BYTES` (or a call its escapes make too big
+for one message: the engine's refusal), a capability that is
 `none` or `false` (naming it), a job on a `lost` host, a plugin that now
-answers under another instance.
+answers under another instance, and an answer (without `force`) to an agent
+whose turn is not `blocked`: only the read of its turn is called first.
 
 `check(agent, msg_id)` is what `mu agent check` calls for a msgId that is
 not a spawn's: it reports a recorded outcome as it is, and resolves an open
@@ -101,6 +104,7 @@ def check_request(request: Request) -> None:
         raise UsageError("`mu command` needs a command name that is not empty")
     if request.kind == "answer" and not seam.keys_ok(list(request.keys)):
         raise UsageError("`mu answer` needs one or more keys, none of them empty")
+    seam.refuse_oversized_request(request)  # on the text's own bytes, before anything is written
 
 
 def _expected_incarnation(client: PluginClient, target: _Target, kind: str) -> Optional[int]:
@@ -147,6 +151,25 @@ def _stale(client: PluginClient, target: _Target, request: Request, msg_id: str,
         pass
     return Permanent(f"{why}: the {verb} {msg_id} was not delivered",
                      f"mu now expects incarnation {now}; deliver it again to send it to that session")
+
+
+def _refuse_nothing_pending(client: PluginClient, target: _Target) -> None:
+    """An answer without `--force` goes only to an agent whose turn is
+    `blocked` (a question or a permission waits on a person): to any other
+    it would be taken as a message, or dropped, by a harness that asked
+    nothing.  The turn is read once, under the agent's lock, before
+    anything is written or resolved; a turn that cannot be read is
+    `unknown`, which is refused the same way (`--force` sends it)."""
+    try:
+        turn = channel_seam.read_state(client, target.agent, target.host, target.job)
+    except MuError as e:
+        turn = channel_seam.unknown(e.message)
+    if turn.state == "blocked":
+        return
+    name = target.agent.agent
+    why = f" ({turn.reason})" if turn.state == "unknown" and turn.reason else ""
+    raise Refused(f"nothing to answer: {name} is {turn.state}{why}",
+                  f"`mu answer {name} <key>... --force` sends it anyway")
 
 
 def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target:
@@ -299,6 +322,8 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
     client = client or seam.client_for(agent.plugin)
     client.started()
     channel_seam.require_instance(client, job)  # protocol: only to the instance the job was recorded under
+    if request.kind == "answer" and not request.force:
+        _refuse_nothing_pending(client, target)
     resolved = _resolve_earlier(client, target)
     method = seam.METHODS[request.kind]
     msg_id = uuid7()

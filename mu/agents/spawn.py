@@ -262,6 +262,7 @@ def check(request: SpawnRequest) -> Plan:
     call (protocol "The job")."""
     workstream, name = split_agent(request.agent)
     prompt, task = _first_prompt(request, workstream)
+    delivery_seam.refuse_oversized(prompt, "the first prompt")  # a --send's or a task's brief, as it will go
     harness, cmd, source = _command_line(request)
     if request.role not in ("full-access", "read-only"):
         raise UsageError(f"--role must be full-access or read-only, not {request.role!r}")

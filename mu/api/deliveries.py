@@ -95,7 +95,10 @@ def abort(agent: str) -> DeliveryResult:
 
 
 def answer(agent: str, keys: List[str], *, force: bool = False) -> DeliveryResult:
-    """`mu answer`: answer `agent`'s pending dialog with `keys`."""
+    """`mu answer`: answer `agent`'s pending dialog with `keys`.  Unless
+    `force`, its turn is read first and anything but `blocked` is refused
+    (`Refused`, exit 2, "nothing to answer: <agent> is <state>") before
+    anything is written or sent."""
     from mu.agents import deliver
 
     environment.effect_timeout_ms()

@@ -16,7 +16,7 @@ the next delivery to the agent) resolves.
 Options:
   --steer                 Steer the turn under way instead of following it up.
   --fresh                 Start a fresh context with the text.
-  --force                 Deliver even when the harness is not ready for it.
+  --force                 Deliver even when the harness is not ready (an answer: not blocked).
   --instructions <text>   Instructions for the command.
   --json                  Print one JSON document on stdout and nothing else there.
 """

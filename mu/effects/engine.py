@@ -39,6 +39,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from mu import environment
 from mu.deadline import GRACE_S
 from mu.errors import Cancelled, Human, Permanent, Refused, Retryable, StateError, Unanswered, UnknownOutcome
+from mu.protocol.constants import MAX_MESSAGE_BYTES
+from mu.rpc import envelope
 from mu.runtime import crashpoints, groups, identity
 from mu.runtime.client import PluginClient
 from mu.store import db, intents
@@ -80,6 +82,7 @@ def perform(
     definite failure.  `check` returns what is wrong with a reply, or "";
     `remedy` is the hint of an unknown outcome."""
     timeout_s = timeout_s or effect_timeout_s()  # a bad knob refuses before anything is written
+    refuse_too_big(method, params)
     group = _plugin_group(client)
     # a StateError here passes through: the intent is not written (exit 3)
     with db.transaction() as conn:
@@ -98,6 +101,23 @@ def perform(
         # says so)
         intents.mark_sent(intent)
     return _send(client, intent, record=record, on_failure=on_failure, check=check, timeout_s=timeout_s, remedy=remedy)
+
+
+def refuse_too_big(method: str, params: Dict[str, Any]) -> None:
+    """A call whose request would not fit in one message (protocol
+    "Transport": 1 MiB) could never be sent: it is refused (`Refused`,
+    exit 2) before its intent is written, rather than written and then
+    failed by the framing.  A verb that takes a text checks the text's own
+    size first, in its words (`mu.seams.delivery.refuse_oversized`); this
+    catches what the JSON escapes of a text, or any other params, add."""
+    try:
+        size = envelope.request_size(method, params)
+    except (TypeError, ValueError):
+        return  # not JSON at all: the call itself fails it, as it always has
+    if size > MAX_MESSAGE_BYTES:
+        raise Refused(f"the {method} call would be {size} bytes once written as JSON (its text's quotes,"
+                         f" backslashes and control characters escaped); the largest message mu sends is"
+                         f" {MAX_MESSAGE_BYTES} bytes", "send a shorter text")
 
 
 def _plugin_group(client: PluginClient) -> Tuple[int, float]:

@@ -81,6 +81,25 @@ def request_line(id: int, method: str, params: Dict[str, Any]) -> bytes:
     return data + b"\n"
 
 
+# The widest an id and a `deadline` param can be on the wire: an id mu
+# numbers from 1 (far under 20 digits) and an epoch in ms (13 digits; 20
+# is room for anything a 64-bit integer holds).
+_WIDEST_ID = 10 ** 19
+_WIDEST_DEADLINE = 10 ** 19
+
+
+def request_size(method: str, params: Dict[str, Any]) -> int:
+    """How many bytes the request of `method` with `params` takes on the
+    wire at most, once the client adds its `deadline` (its id and deadline
+    counted at their widest, the newline not counted, as the limit does not
+    count it).  For a caller that must refuse a call too big to send before
+    it writes anything (`mu.effects.engine`).  Raises as `framing.encode`
+    does for a value JSON has no form for."""
+    text = framing.encode_text(dict(params, deadline=_WIDEST_DEADLINE))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return size + len(f'{{"jsonrpc":"2.0","id":{_WIDEST_ID:d},"method":{framing.encode_text(method)},"params":}}')
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

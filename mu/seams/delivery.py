@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import environment
 from mu.deadline import GRACE_S, READ_TIMEOUT_S
-from mu.errors import Unanswered, Unsupported
+from mu.errors import Unanswered, Unsupported, UsageError
+from mu.protocol.constants import MAX_MESSAGE_BYTES
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import plugins
@@ -52,6 +53,43 @@ DELIVERY_RESULT = frozenset({"channel.send", "channel.fresh", "channel.command"}
 STOP_TURN_MS = 30_000
 
 CHANNEL_SEAM = frozenset({"channel"})
+
+# The largest text mu sends in one call, in UTF-8 bytes: one message of
+# the protocol ("Transport": 1 MiB) less room for the rest of the call (its
+# target, ids, envelope), so a text this long always fits when JSON escapes
+# none of it.  The engine refuses a call that does not fit all the same
+# (`mu.effects.engine.refuse_too_big`): escapes can make a text longer.
+TEXT_ROOM_BYTES = 64 << 10
+MAX_TEXT_BYTES = MAX_MESSAGE_BYTES - TEXT_ROOM_BYTES
+
+
+def text_bytes(text: str) -> int:
+    """The length of `text` in UTF-8 bytes (a lone surrogate, which the
+    text check refuses elsewhere, counted as the three bytes it would take)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def refuse_oversized(text: Optional[str], what: str = "the message", verb: str = "is") -> None:
+    """`UsageError` (exit 2) naming `what`'s size and the largest mu sends
+    when `text` is over `MAX_TEXT_BYTES` in UTF-8: checked before anything is
+    written, on the text itself rather than on the message it goes in."""
+    if text is None or len(text) * 4 <= MAX_TEXT_BYTES:
+        return  # four bytes a character at most: it fits
+    size = text_bytes(text)
+    if size > MAX_TEXT_BYTES:
+        raise UsageError(f"{what} {verb} {size} bytes; the largest mu sends is {MAX_TEXT_BYTES} bytes",
+                         "send a shorter text, or a path to a file that holds it")
+
+
+def refuse_oversized_request(request: "Request") -> None:
+    """Every text a delivery carries, each against `MAX_TEXT_BYTES`: the
+    message of a send, a fresh send or an interrupt, a command's name and
+    instructions, an answer's keys (together, as they go)."""
+    refuse_oversized(request.text)
+    refuse_oversized(request.name, "the command's name")
+    refuse_oversized(request.instructions, "the command's instructions", "are")
+    if request.keys:
+        refuse_oversized("".join(request.keys), "the answer's keys", "are")
 
 
 class Request(NamedTuple):
