@@ -84,6 +84,8 @@ MEMBERS: Dict[str, Member] = {
     "bad-utf8": member(0, REGISTERED, 1, ["transport.lines", "link.checkSteps"],
                        ("transport.lines", "not valid UTF-8")),
     "not-json": member(0, REGISTERED, 1, ["transport.lines", "link.checkSteps"], ("transport.lines", "line is not JSON")),
+    "deep-reply": member(0, REGISTERED, 1, ["transport.lines", "link.checkSteps"],
+                         ("transport.lines", "nested deeper than 100 levels")),
     "no-kind": member(0, REGISTERED, 1, ["unknown-method", "transport.replies"],
                       ("transport.replies", "reply error without a data.kind")),
     "silent": member(0, REGISTERED, 1, ["unknown-method", "link.checkSteps", "cancel"],

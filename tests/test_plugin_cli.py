@@ -10,7 +10,9 @@ import sys
 import time
 
 import pytest
-from conftest import MU, fake_as, received, run_mu
+from conftest import MU, ROOT, fake_as, received, run_mu
+
+HOSTILE_DEEP = ROOT / "tests" / "hostile" / "mu-plugin-deep-reply"
 
 
 def db_file(state):
@@ -85,6 +87,23 @@ def test_call_refuses_bad_params(fake, params):
     run_mu("plugin", "add", "fake", "--", str(fake))
     out = run_mu("plugin", "call", "fake", "fake.echo", params)
     assert out.returncode == 2 and "params-json" in out.stderr
+
+
+@pytest.mark.parametrize("depth", [101, 1000, 50000])  # 50000: inside one argument's 128 KiB
+def test_call_refuses_params_nested_too_deep(fake, depth):
+    run_mu("plugin", "add", "fake", "--", str(fake))
+    out = run_mu("plugin", "call", "fake", "fake.echo", '{"a":' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
+    assert (out.returncode, out.stderr.strip()) == (2, "mu: <params-json> is nested deeper than 100 levels")
+
+
+def test_a_reply_nested_deep_is_the_plugins_protocol_error(tmp_path):
+    deep = str(HOSTILE_DEEP)
+    run_mu("plugin", "add", "deep-reply", "--", deep)
+    for depth in (150, 500, 1000, 100000):
+        out = run_mu("plugin", "call", "deep-reply", "link.checkSteps",
+                     env={"HOSTILE_DEPTH": str(depth), "HOSTILE_ROOT": str(tmp_path), "MU_TRACE": str(tmp_path / "t")})
+        assert out.returncode == 5, out.stderr
+        assert out.stderr.strip() == "mu: plugin deep-reply broke the protocol: line is nested deeper than 100 levels"
 
 
 @pytest.mark.parametrize(

@@ -187,13 +187,23 @@ def _finite(text: str) -> float:
 def _wire_params(params_json: Optional[str]) -> Dict[str, Any]:
     """`<params-json>` as the object to send.  Python's parser takes NaN,
     Infinity and 1e999 (which becomes infinity); the wire takes none of
-    them (protocol "Transport": JSON), so each is bad input here."""
+    them (protocol "Transport": JSON), so each is bad input here.  So is a
+    value nested deeper than `MAX_JSON_DEPTH` levels: the parser and every
+    walk of the value recurse once a level (mu/protocol/nesting.py)."""
+    from mu.protocol.constants import MAX_JSON_DEPTH
+    from mu.protocol.nesting import deeper_than
+
     if params_json is None:
         return {}
+    too_deep = UsageError(f"<params-json> is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         params = _json().loads(params_json, parse_constant=_refuse_constant, parse_float=_finite)
+    except RecursionError:
+        raise too_deep from None
     except ValueError as e:
         raise UsageError(f"<params-json> is not JSON: {e}") from None
+    if deeper_than(params_json):
+        raise too_deep
     if not isinstance(params, dict):
         raise UsageError("<params-json> must be a JSON object")
     return params

@@ -22,3 +22,11 @@ STDERR_KEEP_CHARS = 400
 #: protocol "Registration and trust": the executable's basename is the
 #: prefix followed by the registered name.
 EXECUTABLE_PREFIX = "mu-plugin-"
+
+#: How deep a JSON value mu reads may nest: a plugin's line (its arrays
+#: and objects within each other, the message object itself counted) and
+#: JSON a person gives mu (`mu plugin call`'s <params-json>).  No message
+#: of the protocol comes near it; past it, a reader that walks the value
+#: (the trace, the record, the output) would run out of stack, so the value
+#: is refused where it is read, with this number in the message.
+MAX_JSON_DEPTH = 100

@@ -2,9 +2,10 @@
 
 A message is one JSON object on one line, UTF-8, at most 1 MiB.  mu never
 repairs a line: invalid UTF-8, a line that is not JSON, a JSON value that is
-not an object, a line nested too deeply to read, and a line over the limit
-are each a `FramingError`, which breaks the plugin for the rest of the
-invocation.
+not an object, a line nested deeper than `MAX_JSON_DEPTH` levels (100; see
+mu/protocol/nesting.py: past it the first walk of the value would run out
+of stack), and a line over the limit are each a `FramingError`, which
+breaks the plugin for the rest of the invocation.
 
 Speed.  Every call encodes one line and decodes one, so both take the
 standard library's C encoder and scanner directly, built once for the
@@ -20,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from mu.protocol.constants import MAX_MESSAGE_BYTES
+from mu.protocol.constants import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES
+from mu.protocol.nesting import deeper_than
 
 # protocol "Transport": at most 1 MiB a message (the newline not counted).
 MAX_LINE_BYTES = MAX_MESSAGE_BYTES
@@ -28,6 +30,9 @@ MAX_LINE_BYTES = MAX_MESSAGE_BYTES
 
 class FramingError(ValueError):
     """The bytes on the wire are not a message; `str()` says why, in one line."""
+
+
+_TOO_DEEP = f"line is nested deeper than {MAX_JSON_DEPTH} levels"
 
 
 def _refuse_constant(name: str) -> Any:
@@ -102,6 +107,8 @@ def decode(line: bytes) -> Dict[str, Any]:
     value: Any = _decode_text(text)
     if type(value) is not dict:
         raise FramingError(f"line is JSON {type(value).__name__}, not an object")
+    if deeper_than(text):
+        raise FramingError(_TOO_DEEP)
     return value
 
 
@@ -117,7 +124,7 @@ def decode_line(data: bytes) -> Dict[str, Any]:
     if _C_SCAN is not None:
         try:
             value, end = _C_SCAN(text, 0)
-            if end == len(text) - 1 and type(value) is dict:
+            if end == len(text) - 1 and type(value) is dict and not deeper_than(text):
                 return value
         except (StopIteration, ValueError, RecursionError):
             pass
@@ -136,11 +143,11 @@ def _decode_text(text: str) -> Any:
         except (StopIteration, ValueError):
             pass
         except RecursionError:
-            raise FramingError("line is nested too deeply to read") from None
+            raise FramingError(_TOO_DEEP) from None
     try:
         return _DECODER.decode(text)
     except RecursionError:
-        raise FramingError("line is nested too deeply to read") from None
+        raise FramingError(_TOO_DEEP) from None
     except ValueError as e:
         raise FramingError(f"line is not JSON ({e})") from None
 

@@ -4,7 +4,9 @@ appended to a file, for whoever debugs a plugin.
 Off unless the variable is set.  The value of every `env` map, at any
 depth, is redacted before a frame is written (an agent's environment is
 where its secrets travel); a received line that is not JSON is written as
-text with undecodable bytes replaced, marked `!`.  One line a frame:
+text with undecodable bytes replaced, marked `!`; a line nested deeper than
+`MAX_JSON_DEPTH` levels (which redaction would have to walk) is written as
+a note of its size alone, also marked `!`.  One line a frame:
 ``<ISO time> <plugin>[<pid>] > <json>`` for a frame sent, ``<`` received.
 """
 
@@ -15,6 +17,9 @@ import json
 import os
 import threading
 from typing import Any, Optional
+
+from mu.protocol.constants import MAX_JSON_DEPTH
+from mu.protocol.nesting import deeper_than
 
 REDACTED = "<redacted>"
 
@@ -41,7 +46,14 @@ class Trace:
 
     def frame(self, plugin: str, pid: int, direction: str, line: bytes) -> None:
         try:
-            text = json.dumps(redact(json.loads(line)), ensure_ascii=False, separators=(",", ":"))
+            value = json.loads(line)
+            if deeper_than(line.decode("utf-8")):
+                raise RecursionError
+            text = json.dumps(redact(value), ensure_ascii=False, separators=(",", ":"))
+        except RecursionError:
+            # not written as it came: its env maps could not be redacted
+            direction += "!"
+            text = f"<a line of {len(line)} bytes nested deeper than {MAX_JSON_DEPTH} levels>"
         except ValueError:
             direction += "!"
             text = line.decode("utf-8", "replace")
