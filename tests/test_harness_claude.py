@@ -185,3 +185,51 @@ def test_full_access_claude_as_root_outside_a_sandbox_fails_the_spawn_naming_wha
     assert "Traceback" not in out.stderr
     assert json.loads(mu("agent", "list", "--json").stdout) == []
     assert not claude_env.seen("STUB_TOOL")  # no turn ran, asking or not
+
+
+def test_a_background_task_claude_reports_is_a_turn_of_its_own(claude_env, tmp_path):
+    """The real Claude: a Bash command run in the background (the stub's
+    STUB_BACKGROUND; a `sleep` Claude runs unasked) ends after the turn settled; Claude starts a turn by
+    itself to report it, and that turn is run 2, with its own text."""
+    from test_harness_bridge import Bridge
+
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "please STUB_BACKGROUND")
+        assert bridge.wait_runs(1)["lastText"] == "STUB: started in the background"
+        turn = bridge.wait_runs(2)
+        assert (turn["lastText"], turn.get("lastError")) == ("STUB: background done", None)
+        assert [t["msgId"] for t in turn["takenLog"]] == ["m-1"]  # no message asked for turn 2
+        assert "claude began a turn of its own after: Background command" in bridge.log.read_text()
+    finally:
+        bridge.stop()
+
+
+def test_claude_that_cannot_reach_its_model_shows_its_retries_and_settles_with_the_error(claude_env, tmp_path,
+                                                                                        monkeypatch):
+    """The real Claude pointed at a closed loopback port, with its own retry
+    count cut to 1 (CLAUDE_CODE_MAX_RETRIES): its retry reaches the pane, and
+    the turn it gives up on settles with lastError."""
+    import socket
+
+    from test_harness_bridge import Bridge
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "1")
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "hello")
+        turn = bridge.wait_runs(1)
+        assert "Connection refused" in turn["lastError"], turn
+        said = bridge.log.read_text()
+        assert "claude: the model could not be reached" in said and "retry 1 of 1" in said
+        assert "= turn 1.1 settled (API Error: Connection refused" in said
+    finally:
+        bridge.stop()

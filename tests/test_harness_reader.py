@@ -234,3 +234,77 @@ def test_a_bridge_fed_mutated_real_events_settles_each_turn_and_sees_the_exit(na
     finally:
         bridge.stop()
     assert os.path.getsize(bridge.folder / "harness.log") > 0
+
+
+# -- turns the harness starts, and a model it cannot reach (recorded, replayed) --
+
+def _replaying(name, tmp_path, monkeypatch, **files):
+    monkeypatch.setenv(VARIABLES[name], f"{sys.executable} {FAKE} {name}")
+    for variable, recording in files.items():
+        monkeypatch.setenv(variable, str(RECORDED / recording))
+    (tmp_path / "work").mkdir()
+    return Bridge(tmp_path / "job", tmp_path / "work", name)
+
+
+@pytest.mark.parametrize("name, recording, text", [
+    ("claude", "claude-own-turn.jsonl", "STUB: background done"),
+    ("pi", "pi-own-run.jsonl", "STUB: the extension's own message"),
+])
+def test_a_turn_the_harness_starts_itself_is_a_run_with_its_text(name, recording, text, tmp_path, monkeypatch):
+    """Claude's turn after a background task's end, pi's run an extension
+    prompted (both recorded from the real harness): runs + 1, busy then
+    idle, lastText its text, no msgId, and the pane shows it."""
+    monkeypatch.setenv("FAKE_HARNESS_THEN_S", "1.0")
+    bridge = _replaying(name, tmp_path, monkeypatch, FAKE_HARNESS_THEN=recording)
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "hello")
+        assert bridge.wait_runs(1)["lastText"] == "FAKE: hello"
+        turn = bridge.wait_runs(2)
+        assert [t["msgId"] for t in turn["takenLog"]] == ["m-1"]  # no message asked for it
+        assert (turn["lastText"], turn.get("lastError")) == (text, None)
+        assert json.loads((bridge.folder / "turns" / "1-2.json").read_text())["lastText"] == text
+        said = bridge.log.read_text()
+        assert "began a " in said and f"= turn 1.2 settled: {text}" in said
+        # the next message is a turn of its own again
+        bridge.deliver("m-2", "again")
+        assert bridge.wait_runs(3)["lastText"] == "FAKE: again"
+    finally:
+        bridge.stop()
+
+
+@pytest.mark.parametrize("name, recording, error, retry", [
+    ("claude", "claude-dead-model.jsonl", "API Error: Connection refused", "retry 2 of 2"),
+    ("codex", "codex-failed-turn.jsonl", "currently experiencing high demand", None),
+    ("pi", "pi-dead-model.jsonl", "Connection error.", "pi retries (3 of 3)"),
+])
+def test_a_turn_the_harness_gives_up_on_settles_with_its_error_and_its_retries_reach_the_pane(
+        name, recording, error, retry, tmp_path, monkeypatch):
+    bridge = _replaying(name, tmp_path, monkeypatch, FAKE_HARNESS_INSTEAD=recording)
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "hello")
+        turn = bridge.wait_runs(1)
+        assert error in turn["lastError"], turn
+        assert json.loads((bridge.folder / "turns" / "1-1.json").read_text())["lastError"] == turn["lastError"]
+        said = bridge.log.read_text()
+        assert "= turn 1.1 settled (" in said and error in said
+        if retry:
+            assert retry in said
+    finally:
+        bridge.stop()
+
+
+def test_a_harness_that_keeps_retrying_shows_it_in_the_pane_and_lasterror_while_busy(tmp_path, monkeypatch):
+    """Codex never gives up on a refused connection ("Reconnecting... waiting
+    for network", recorded): the turn stays busy, but not silent."""
+    bridge = _replaying("codex", tmp_path, monkeypatch, FAKE_HARNESS_INSTEAD="codex-dead-model.jsonl")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "hello")
+        wait_for(lambda: "lastError" in bridge.turn(), 20, "the retry in lastError")
+        turn = bridge.turn()
+        assert turn["state"] == "busy" and "Reconnecting" in turn["lastError"] and "codex retries" in turn["lastError"]
+        assert "codex: Reconnecting... waiting for network: Connection failed" in bridge.log.read_text()
+    finally:
+        bridge.stop()

@@ -55,6 +55,13 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
   named mu, so the skill is `mu:mu`), Codex with `skills/extraRoots/set`
   before its thread, pi with `--skill` (docs/harnesses.md, "The mu skill").
 - `fresh` starts a new session (a new --session-id) as incarnation + 1.
+- A turn the harness begins itself (Claude reporting a background task, a
+  pi extension's prompt) is a run like any other: busy, then settled with
+  its text, runs + 1; its record has kind "own" and no msgIds.
+- The harness's retries of a model it cannot reach are printed to the pane
+  and set the open turn's lastError; a turn it gives up on settles with
+  its error as lastError (docs/harnesses.md, "When the model cannot be
+  reached").
 - A harness that exits is started again, resuming its session: the turn
   under way settles with lastError "the harness exited (...)", and the
   incarnation stays.  When it cannot be resumed, a new session starts as
@@ -100,6 +107,10 @@ KINDS = CONTROL_KINDS + TURN_KINDS
 PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 ALLOW_KEYS = ("allow", "yes", "y")
 DENY_KEYS = ("deny", "no", "n")
+# The key of a turn the harness began itself (no message asked for it; see
+# ("begin", why) below): it is never a message's key (those are uuid5s), and
+# such a turn's record has kind "own" and no msgIds.
+OWN_KEY = "mu-own-turn"
 UUID_SPACE = uuid.UUID("6d750000-6272-6964-6765-000000000001")  # the bridge's uuid5 namespace
 # Test-only crash points, as mu's own (mu/runtime/crashpoints.py, which the
 # bridge cannot import): MU_CRASH_AT=<point> SIGKILLs the bridge there.
@@ -261,7 +272,14 @@ def _file_holds_exactly(path, data):
 #   ("text", text)                the agent said something
 #   ("tool", name, input)         the agent runs a tool
 #   ("ask", request, tool, input) it asks a permission (or a question)
-#   ("done", key, text)           the message `key` is done with; text: the turn's result
+#   ("done", key, text, error)    the message `key` is done with; text: the turn's result;
+#                                 error: why it failed (the harness gave up), or None
+#   ("begin", why)                the harness began a turn no message asked for (a
+#                                 background task it reports, an extension's prompt):
+#                                 its key is OWN_KEY, and its end is ("done", OWN_KEY, ...)
+#   ("error", text)               the harness reports trouble it may still get past (a
+#                                 retry of the model, a refused connection): for the pane
+#                                 and the turn's lastError, the turn stays open
 #   ("exit", code)                the process ended
 
 
@@ -423,6 +441,9 @@ class Claude(Harness):
         self.session = session or str(uuid.uuid4())
         self.last_text = None
         self.running = None  # the key of the message Claude started last
+        self.own = False  # Claude runs a turn of its own (no message of ours started it)
+        self.last_error = None  # why the message Claude started last failed, when it did
+        self.notice = None  # what Claude last said ended in the background (its task_notification)
         argv = self.program + ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
                                "--permission-prompt-tool", "stdio"]
         argv += ["--resume", self.session] if resume else ["--session-id", self.session]
@@ -461,22 +482,53 @@ class Claude(Harness):
             return found
         if kind == "command_lifecycle" and event.get("state") == "started":
             self.running = event.get("command_uuid")
+        if kind == "system":
+            return self._system(event)
         if kind == "result" and isinstance(event.get("result"), str):
+            # is_error: Claude gave up (the model could not be reached, ...): the result is why
+            error = first_line(event["result"]) if event.get("is_error") else None
+            if self.running is None:
+                # a turn of Claude's own (a background task's end): no lifecycle follows it
+                found = [] if self.own else [("begin", "claude began a turn of its own")]
+                self.own, self.last_text = False, None
+                return found + [("done", OWN_KEY, event["result"], error)]
             # the message Claude started last is done with: settle at its result,
             # not at its `completed` a moment later (which then finds it done)
             self.last_text = event["result"]
-            if self.running is not None and event.get("subtype") == "success":  # an interrupted one ends otherwise
+            self.last_error = error
+            if event.get("subtype") == "success":  # an interrupted one ends otherwise
                 key, self.running = self.running, None
                 text, self.last_text = self.last_text, None
-                return [("done", key, text)]
+                return [("done", key, text, error)]
         if kind == "command_lifecycle" and event.get("state") in ("completed", "cancelled"):
             text, self.last_text = self.last_text, None
-            return [("done", event.get("command_uuid"), text)]
+            error, self.last_error = self.last_error, None
+            return [("done", event.get("command_uuid"), text, error)]
         if kind == "control_request":
             request = _dict(event.get("request"))
             if request.get("subtype") == "can_use_tool":
                 return [("ask", event.get("request_id"), _text(request.get("tool_name")) or "a tool",
                          _dict(request.get("input")))]
+        return []
+
+    def _system(self, event):
+        """Claude's `system` events: a turn's start (`init`), which begins a
+        turn of its own when no message of ours is running; its retries of
+        the model (`api_retry`); a background task's end (`task_notification`)."""
+        subtype = event.get("subtype")
+        if subtype == "task_notification":
+            self.notice = first_line(event.get("summary") or "a background task ended")
+            return [("text", "(%s)" % self.notice)]
+        if subtype == "init" and self.running is None and not self.own:
+            self.own = True
+            why, self.notice = self.notice, None
+            return [("begin", "claude began a turn of its own" + (" after: %s" % why if why else ""))]
+        if subtype == "api_retry":
+            error = event.get("error_status") or event.get("error") or "unknown"
+            delay = event.get("retry_delay_ms")
+            return [("error", "the model could not be reached (%s); retry %s of %s%s" % (
+                first_line(str(error)), event.get("attempt"), event.get("max_retries"),
+                " in %.1f s" % (delay / 1000.0) if isinstance(delay, (int, float)) else ""))]
         return []
 
     def user(self, key, text, steer=False):
@@ -581,13 +633,22 @@ class Codex(Harness):
             if item.get("type") == "agentMessage" and item.get("text"):
                 self.texts[params.get("turnId")] = item["text"]
                 return [("text", item["text"])]
+        elif method == "error":
+            # Codex's trouble with the model: willRetry, it tries again; else its turn fails next
+            error = _dict(params.get("error"))
+            why = _error_text(error.get("message"), error.get("additionalDetails"))
+            return [("error", ("%s (codex retries)" if params.get("willRetry") else "%s") % why)]
         elif method == "turn/completed":
             turn = _dict(params.get("turn"))
             done = turn.get("id")
             text = self.texts.pop(done, None)
-            if turn.get("status") == "failed" and text is None:
-                text = "Turn failed: %s" % _brief(turn.get("error"))
-            found = [("done", key, text) for key in self.keys.pop(done, [])]
+            error = None
+            if turn.get("status") == "failed":
+                failure = _dict(turn.get("error"))
+                error = _error_text(failure.get("message"), failure.get("additionalDetails")) \
+                    if failure else "the turn failed"
+                text = text if text is not None else "Turn failed: %s" % error
+            found = [("done", key, text, error) for key in self.keys.pop(done, [])]
             if self.turn == done:
                 self.turn = None
             if self.held and self.turn is None:
@@ -630,7 +691,7 @@ class Codex(Harness):
                 if key not in keys:
                     keys.append(key)
             elif error is not None:
-                return [("done", key, "Turn failed: %s" % _brief(error))]
+                return [("done", key, "Turn failed: %s" % _brief(error), _brief(error))]
         if isinstance(rid, str) and rid.startswith("mu-steer-") and error is not None:
             # the turn ended before the steer reached it: it is a turn of its own
             key = rid[len("mu-steer-"):]
@@ -707,6 +768,9 @@ class Pi(Harness):
         self.keys = []  # the keys of the run under way (or about to start)
         self.held = []  # (key, text) to prompt once the run under way ended
         self.last_text = None
+        self.own = False  # the run under way is pi's own (an extension's prompt, no message of ours)
+        self.last_error = None  # the run's last assistant message failed with this (stopReason error)
+        self.ending = None  # a run that ended in an error: its error, until pi says whether it retries
         argv = self.program + ["--mode", "rpc"]
         if resume:
             argv += ["--session", session]
@@ -726,7 +790,27 @@ class Pi(Harness):
             key = event.get("id") or ""
             if key in self.keys:  # a prompt pi refused: done with, as a failed turn
                 self.keys.remove(key)
-                return [("done", key, "Turn failed: %s" % first_line(str(event.get("error"))))]
+                why = first_line(str(event.get("error")))
+                return [("done", key, "Turn failed: %s" % why, why)]
+            return []
+        if kind == "response" and event.get("id") == "mu-after-end":
+            # pi has said by now whether it retries the run that failed (see agent_end)
+            if self.ending is not None:
+                return self._ended(self.ending)
+            return []
+        if kind == "agent_start" and not self.keys and not self.busy:
+            self.own = self.busy = True
+            return [("begin", "pi began a run of its own")]
+        if kind == "auto_retry_start":
+            self.ending = None
+            delay = event.get("delayMs")
+            return [("error", "%s; pi retries (%s of %s)%s" % (
+                _error_text(event.get("errorMessage")), event.get("attempt"), event.get("maxAttempts"),
+                " in %.1f s" % (delay / 1000.0) if isinstance(delay, (int, float)) else ""))]
+        if kind == "auto_retry_end":
+            if event.get("success") is False:
+                self.ending = None
+                return self._ended(_error_text(event.get("finalError")))
             return []
         if kind == "message_end":
             message = _dict(event.get("message"))
@@ -737,16 +821,28 @@ class Pi(Harness):
                 found = [("text", "\n".join(texts))] if texts else []
                 if texts:
                     self.last_text = "\n".join(texts)
+                self.last_error = _error_text(message.get("errorMessage")) if message.get("stopReason") == "error" \
+                    else None
                 return found + [("tool", c.get("name"), c.get("arguments")) for c in calls]
             return []
         if kind == "agent_end":
-            keys, self.keys, self.busy = self.keys, [], False
-            text, self.last_text = self.last_text, None
-            found = [("done", key, text) for key in keys]
-            if self.held:
-                self._prompt(*self.held.pop(0))
-            return found
+            if self.last_error is not None:
+                # failed: pi may retry it (auto_retry_start), give up (auto_retry_end), or
+                # neither; all of it said before it answers the get_state asked now
+                self.ending, self.last_error = self.last_error, None
+                self.write({"id": "mu-after-end", "type": "get_state"})
+                return []
+            return self._ended(None)
         return []
+
+    def _ended(self, error):
+        """The run is over (with its error, when it failed): its messages are done with."""
+        keys, self.keys, self.busy = self.keys + ([OWN_KEY] if self.own else []), [], False
+        text, self.last_text, self.own, self.ending = self.last_text, None, False, None
+        found = [("done", key, text, error) for key in keys]
+        if self.held:
+            self._prompt(*self.held.pop(0))
+        return found
 
     def _prompt(self, key, text):
         self.busy = True
@@ -827,11 +923,20 @@ def _lines(stream):
 # What each event the readers put on `events` holds (the comment above
 # Harness): anything else is a translation of a malformed line, skipped.
 _SHAPES = {"ready": (str,), "failed": (str,), "text": (str,), "tool": (object, object),
-           "ask": (object, str, object), "done": (str, (str, type(None)))}
+           "ask": (object, str, object), "done": (str, (str, type(None)), (str, type(None))),
+           "begin": (str,), "error": (str,)}
 
 
 def _dict(value):
     return value if isinstance(value, dict) else {}
+
+
+def _error_text(message, details=None):
+    """One line of a harness's error: its message, and its details when they say more."""
+    message = first_line(message) if isinstance(message, str) and message.strip() else "an error"
+    if isinstance(details, str) and details.strip() and details.strip() not in message:
+        return "%s: %s" % (message, first_line(details))
+    return message
 
 
 def _text(value):
@@ -884,6 +989,7 @@ class Bridge:
         self.stopping = None
         self.record = None
         self.last_text = None  # the harness's result for the turn under way
+        self.turn_error = None  # why the turn under way failed, as the harness said at its end
         self.request = None  # the pending permission request: (request_id, input)
         self.restarts = 0
 
@@ -947,6 +1053,9 @@ class Bridge:
 
     def resume_turn(self, turn, resumed):
         session = self.record["session"]
+        if not turn["msgIds"]:  # the harness's own turn: no message to give again
+            self.settle(turn, error="the bridge restarted during the turn")
+            return
         if resumed and all(self.harness.delivered(session, message_uuid(m), turn) for m in turn["msgIds"][:1]):
             self.settle(turn, error="the bridge restarted during the turn")
             return
@@ -959,7 +1068,7 @@ class Bridge:
         is kept, as the new incarnation's first, and given again."""
         kept = self.record.get("turn")
         self.new_incarnation(why)
-        if kept is not None:
+        if kept is not None and kept["msgIds"]:  # (the harness's own turn ended with its session)
             kept["n"] = 1
             self.record["turn"] = kept
             self.go_busy()
@@ -1129,18 +1238,47 @@ class Bridge:
             say("  %s: %s" % (self.harness.name, event[1]))
         elif kind == "tool":
             say("  tool %s: %s" % (event[1], _brief(event[2])))
+        elif kind == "begin":
+            self.own_turn(event[1])
+        elif kind == "error":
+            say("  %s: %s" % (self.harness.name, event[1]))
+            if turn is not None:  # the turn stays open: the harness may yet get past it
+                self.record["lastError"] = event[1]
+                self.save()
         elif kind == "done":
             if turn is not None and event[1] in turn["open"]:
                 turn["open"].remove(event[1])
                 if event[2] is not None:
                     self.last_text = event[2]
+                if event[3] is not None:
+                    self.turn_error = event[3]
                 if not turn["open"]:
-                    self.settle(turn, text=self.last_text)
+                    error = self.turn_error
+                    text = self.last_text if self.last_text is not None or error is None \
+                        else "Turn %d failed: %s" % (turn["n"], error)
+                    self.settle(turn, text=text, error=error)
         elif kind == "ask":
             if turn is None:
                 self.harness.permit(event[1], False, None, "No turn is under way.")
             else:
                 self.block(event[1], event[2], event[3])
+
+    def own_turn(self, why):
+        """A turn the harness began itself (no message asked for it): a run
+        like any other, busy until its end (its key is OWN_KEY; its record
+        has kind "own" and no msgIds).  When a turn is under way already, the
+        harness's own work joins it, and it settles once both are done."""
+        turn = self.record.get("turn")
+        if turn is not None:
+            if OWN_KEY not in turn["open"]:
+                turn["open"].append(OWN_KEY)
+            say("  (%s, within turn %d)" % (why, turn["n"]))
+            return
+        self.record["turn"] = {"n": self.record["runs"] + 1, "kind": "own", "msgIds": [], "text": "",
+                               "steers": [], "answers": [], "startedAt": now_ms(), "open": [OWN_KEY]}
+        self.go_busy()
+        self.save()
+        say("> (%s: turn %d.%d)" % (why, self.record["incarnation"], self.record["turn"]["n"]))
 
     def block(self, request_id, tool, tool_input):
         questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
@@ -1181,7 +1319,8 @@ class Bridge:
         self.request = None
         session = self.record["session"]
         turn = self.record.get("turn")
-        again = turn is not None and not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
+        again = turn is not None and bool(turn["msgIds"]) and \
+            not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
         if turn is not None and not again:
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
@@ -1211,6 +1350,7 @@ class Bridge:
         record.pop("pending", None)
         self.request = None
         self.last_text = None
+        self.turn_error = None
         record["lastText"] = text if text is not None else "Turn %d %s." % (turn["n"], error or "settled")
         if error:
             record["lastError"] = error

@@ -10,13 +10,23 @@ is given, it prints the bytes of the file $FAKE_HARNESS_LINES (any bytes:
 lines that are not JSON, events of the wrong shape), then a good end of
 the turn whose text is "FAKE: <the message's text>".  With
 $FAKE_HARNESS_EXIT set, once a message whose text is "exit" arrives it
-prints the bad lines again and exits with that code.  Standard library
-only.
+prints the bad lines again and exits with that code.
+
+Recorded events of the real harness (tests/harnesses/recorded) replay
+through it: $FAKE_HARNESS_INSTEAD names a file whose lines it prints for
+each message in place of its good end (a turn that fails, say), with
+@KEY@ replaced by the message's key (Claude's uuid, Codex's
+clientUserMessageId) and @TURN@ by its Codex turn id; $FAKE_HARNESS_THEN
+names a file it prints once, $FAKE_HARNESS_THEN_S seconds (default 0.5)
+after the first turn's good end, as the harness's own output between
+turns (a turn no message asked for).  Standard library only.
 """
 
 import json
 import os
 import sys
+import threading
+import time
 
 NAME = sys.argv[1] if len(sys.argv) > 1 else "claude"
 LINES = os.environ.get("FAKE_HARNESS_LINES")
@@ -35,6 +45,37 @@ def bad_lines():
         sys.stdout.buffer.flush()
 
 
+def replay(key, turn=""):
+    """The $FAKE_HARNESS_INSTEAD lines for the message `key`, if there are any: True if printed."""
+    path = os.environ.get("FAKE_HARNESS_INSTEAD")
+    if not path:
+        return False
+    with open(path, "rb") as f:
+        data = f.read().replace(b"@KEY@", key.encode()).replace(b"@TURN@", turn.encode())
+    sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+    sys.stdout.buffer.flush()
+    return True
+
+
+THEN = {"done": False}
+
+
+def then():
+    """The $FAKE_HARNESS_THEN lines, once, a moment after the first turn ended (from a thread)."""
+    path = os.environ.get("FAKE_HARNESS_THEN")
+    if not path or THEN["done"]:
+        return
+    THEN["done"] = True
+
+    def later():
+        time.sleep(float(os.environ.get("FAKE_HARNESS_THEN_S") or 0.5))
+        with open(path, "rb") as f:
+            sys.stdout.buffer.write(f.read())
+        sys.stdout.buffer.flush()
+
+    threading.Thread(target=later).start()
+
+
 def maybe_exit(text):
     if text == "exit" and os.environ.get("FAKE_HARNESS_EXIT"):
         bad_lines()
@@ -49,11 +90,14 @@ def claude(message):
         key = message.get("uuid")
         text = message["message"]["content"][0]["text"]
         maybe_exit(text)
+        if replay(key):
+            return
         out({"type": "command_lifecycle", "command_uuid": key, "state": "started"})
         bad_lines()
         out({"type": "assistant", "message": {"content": [{"type": "text", "text": "FAKE: " + text}]}})
         out({"type": "result", "subtype": "success", "result": "FAKE: " + text})
         out({"type": "command_lifecycle", "command_uuid": key, "state": "completed"})
+        then()
 
 
 def codex(message):
@@ -68,11 +112,14 @@ def codex(message):
         maybe_exit(text)
         turn = "fake-turn-%s" % params.get("clientUserMessageId")
         out({"jsonrpc": "2.0", "id": rid, "result": {"turn": {"id": turn}}})
+        if replay(params.get("clientUserMessageId") or "", turn):
+            return
         out({"jsonrpc": "2.0", "method": "turn/started", "params": {"turn": {"id": turn}}})
         bad_lines()
         out({"jsonrpc": "2.0", "method": "item/completed",
              "params": {"turnId": turn, "item": {"type": "agentMessage", "text": "FAKE: " + text}}})
         out({"jsonrpc": "2.0", "method": "turn/completed", "params": {"turn": {"id": turn, "status": "completed"}}})
+        then()
     else:
         out({"jsonrpc": "2.0", "id": rid, "result": {}})
 
@@ -85,11 +132,14 @@ def pi(message):
         text = message.get("message")
         maybe_exit(text)
         out({"type": "response", "id": message.get("id"), "command": "prompt", "success": True})
+        if replay(message.get("id") or ""):
+            return
         out({"type": "agent_start"})
         bad_lines()
         out({"type": "message_end", "message": {"role": "assistant",
                                                 "content": [{"type": "text", "text": "FAKE: " + text}]}})
         out({"type": "agent_end"})
+        then()
 
 
 def main():

@@ -15,6 +15,13 @@ the system prompt, a tool result or an earlier message):
     STUB_SLOW    the answer comes only after `slow_s` seconds (SLOW_S unless
                  a test sets it; or when the agent hangs up, which an
                  interrupt does)
+    STUB_BACKGROUND  a shell command run in the background (Claude's Bash
+                 with run_in_background, pi's and Codex's shell with `&`) that
+                 ends BG_S seconds later printing "stub-background-finished";
+                 once the tool's result comes back, "STUB: started in the
+                 background"; a later user message that holds the command's
+                 end (a harness's own notification of it) gets "STUB:
+                 background done"
     STUB_ASK     a question to the user with two options, red and blue
                  (Claude's AskUserQuestion tool, Codex's request_user_input);
                  once its result comes back, "STUB: tool done"
@@ -38,6 +45,10 @@ QUESTION = {"header": "Colour", "question": "Which colour?",
             "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}
 TOOL_COMMAND = ("printf 'written by the stub model\\n' > stub-note.txt && git add stub-note.txt"
                 " && git commit -q -m 'stub: a note' -- stub-note.txt")
+BG_S = 2
+BACKGROUND_COMMAND = "sleep %d && echo stub-background-finished" % BG_S
+BACKGROUND_END = "stub-background-finished"
+NOTIFIED = "<task-notification>"  # Claude Code's own message when a background task ends
 
 
 def _texts(content: Any) -> List[str]:
@@ -165,9 +176,16 @@ class StubModel:
         content = users[-1].get("content") if users else ""
         if not body.get("tools"):
             return self._stream(handler, [("text", "STUB: side answer")], "end_turn")
+        if NOTIFIED in json.dumps(content) or BACKGROUND_END in json.dumps(content):
+            return self._stream(handler, [("text", "STUB: background done")], "end_turn")
         if _is_tool_result(content):
-            return self._stream(handler, [("text", "STUB: tool done")], "end_turn")
+            started = "STUB_BACKGROUND" in json.dumps(users[-2:])
+            return self._stream(handler, [("text", "STUB: started in the background" if started
+                                           else "STUB: tool done")], "end_turn")
         text = _newest(content)
+        if "STUB_BACKGROUND" in text:
+            call = {"command": BACKGROUND_COMMAND, "description": "Wait, then print", "run_in_background": True}
+            return self._stream(handler, [("text", "Starting it."), ("tool_use", ("Bash", call))], "tool_use")
         if "STUB_TOOL" in text:
             call = {"command": TOOL_COMMAND, "description": "Write and commit a note"}
             return self._stream(handler, [("text", "Writing the note."), ("tool_use", ("Bash", call))], "tool_use")
@@ -193,7 +211,10 @@ class StubModel:
         if not body.get("tools"):
             return self._respond(handler, "STUB: side answer")
         if last.get("type") == "function_call_output":
-            return self._respond(handler, "STUB: tool done")
+            started = "STUB_BACKGROUND" in text
+            return self._respond(handler, "STUB: started in the background" if started else "STUB: tool done")
+        if "STUB_BACKGROUND" in text:
+            return self._respond(handler, None, call=("exec_command", {"cmd": BACKGROUND_COMMAND, "yield_time_ms": 250}))
         if "STUB_TOOL" in text:
             return self._respond(handler, None, call=("exec_command", {"cmd": TOOL_COMMAND}))
         if "STUB_ASK" in text:
@@ -210,7 +231,10 @@ class StubModel:
         users = [m for m in messages if m.get("role") == "user"]
         text = _newest(users[-1].get("content")) if users else ""
         if last.get("role") == "tool":
-            return self._complete(handler, "STUB: tool done")
+            started = "STUB_BACKGROUND" in text
+            return self._complete(handler, "STUB: started in the background" if started else "STUB: tool done")
+        if "STUB_BACKGROUND" in text:
+            return self._complete(handler, None, call=("bash", {"command": "(%s) > /dev/null 2>&1 &" % BACKGROUND_COMMAND}))
         if "STUB_TOOL" in text:
             return self._complete(handler, None, call=("bash", {"command": TOOL_COMMAND}))
         if "STUB_SLOW" in text:
