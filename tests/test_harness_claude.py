@@ -230,6 +230,8 @@ def test_claude_that_cannot_reach_its_model_shows_its_retries_and_settles_with_t
         assert "Connection refused" in turn["lastError"], turn
         said = bridge.log.read_text()
         assert "claude: the model could not be reached" in said and "retry 1 of 1" in said
-        assert "= turn 1.1 settled (API Error: Connection refused" in said
+        # the settle's line follows the turn file's write: wait for it, do not race it
+        wait_for(lambda: "= turn 1.1 settled (API Error: Connection refused" in bridge.log.read_text(), 10,
+                 "the settle's line in the pane")
     finally:
         bridge.stop()
