@@ -70,7 +70,8 @@ def environment(name: str, program: str, stub, folder: str) -> Dict[str, str]:
                GIT_COMMITTER_EMAIL="bench@example.org", GIT_CONFIG_NOSYSTEM="1",
                GIT_CONFIG_GLOBAL=os.path.join(folder, "gitconfig"))
     if name == "claude":
-        env.update(MU_HARNESS_CLAUDE=program, ANTHROPIC_BASE_URL=stub.url, ANTHROPIC_API_KEY="sk-stub",
+        # IS_SANDBOX: the full-access role is bypassPermissions, which Claude refuses to root elsewhere
+        env.update(MU_HARNESS_CLAUDE=program, ANTHROPIC_BASE_URL=stub.url, ANTHROPIC_API_KEY="sk-stub", IS_SANDBOX="1",
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
         env.pop("ANTHROPIC_AUTH_TOKEN", None)
     elif name == "pi":
