@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import time
@@ -64,7 +63,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import harness
 from harness import PYTHON, ROOT, Row, mu
-from wait import plugin_ready, run, tick_offset
+from wait import DemoAgent, exit_note, plugin_ready, run, tick_offset, watch
 
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 EXAMPLES = os.path.join(ROOT, "examples")  # mu-demo-agent, for `--harness demo`
@@ -94,20 +93,8 @@ BARE_POLL = (
 )
 
 
-class Agent:
-    """The demo agent's folder: its turn record, and deliveries into its inbox."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-        self.turn_path = os.path.join(folder, "turn.json")
-        self.sent = 0
-
-    def record(self) -> Optional[dict]:
-        try:
-            with open(self.turn_path, "rb") as f:
-                return json.loads(f.read())
-        except (OSError, ValueError):
-            return None
+class Agent(DemoAgent):
+    """The demo agent that blocks on a question each round."""
 
     def idle_runs(self) -> int:
         """The agent's runs once it is idle with nothing under way and its
@@ -120,16 +107,6 @@ class Agent:
                 return int(record["runs"])
             time.sleep(0.02)
         raise RuntimeError(f"the demo agent in {self.folder} is not idle after {READY_TIMEOUT_S:g} s")
-
-    def deliver(self, kind: str, **fields: object) -> None:
-        """One delivery, written aside and renamed in."""
-        self.sent += 1
-        msg_id = f"bench-{os.getpid()}-{self.sent}"
-        message = dict(msgId=msg_id, kind=kind, at=int(time.time() * 1000), **fields)
-        aside = os.path.join(self.folder, "inbox", f".{msg_id}.json")
-        with open(aside, "w") as f:
-            json.dump(message, f)
-        os.replace(aside, os.path.join(self.folder, "inbox", f"{msg_id}.json"))
 
     def blocked_ns(self, after: int) -> int:
         """turn.json's ctime once it holds turn after + 1 blocked: the
@@ -147,7 +124,7 @@ class Agent:
 
     def answer(self) -> None:
         """Free the block (the key `yes`), so the next round starts idle."""
-        self.deliver("answer", keys=["yes"], text="yes")
+        self.put("answer", keys=["yes"], text="yes")
 
 
 def setup(folder: str) -> Tuple[Dict[str, str], Agent]:
@@ -183,33 +160,14 @@ def one_round(env: Dict[str, str], agent: Agent, argv: List[str], code: int,
     time the block as it saw it (its exit status must be `code`), then
     answer the block and let the turn settle."""
     after = agent.idle_runs()
-    waiter = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    pidfd: Optional[int] = None
-    gone: Optional[int] = None
-    try:
-        pidfd = ready(waiter)
-        agent.deliver("send", text=f"{ASK}\nround {agent.sent + 1}")
-        line = waiter.stdout.readline()  # type: ignore[union-attr]
-        lined = time.time_ns()
-        if pidfd is not None:  # readable once the plugin has exited: no polling loop
-            if select.select([pidfd], [], [], ROUND_TIMEOUT_S)[0]:
-                gone = time.time_ns()
-        waiter.wait(timeout=ROUND_TIMEOUT_S)
-        exited = time.time_ns()
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.wait()
-    _, err = waiter.communicate()
-    if waiter.returncode != code or not line:
-        raise RuntimeError(f"{' '.join(argv[1:4])} exited {waiter.returncode}, not {code}: {err.decode()[:300]}")
+    seen = watch(argv, env, ready, lambda: agent.put("send", text=f"{ASK}\nround {agent.sent + 1}"))
+    if seen.code != code or not seen.line:
+        raise RuntimeError(f"{' '.join(argv[1:4])} exited {seen.code}, not {code}: {seen.err.decode()[:300]}")
     blocked = agent.blocked_ns(after)
     agent.answer()
     agent.idle_runs()
-    return Sample((lined - blocked) / 1e9, (exited - blocked) / 1e9,
-                  None if gone is None else (gone - blocked) / 1e9)
+    return Sample((seen.lined - blocked) / 1e9, (seen.exited - blocked) / 1e9,
+                  None if seen.gone is None else (seen.gone - blocked) / 1e9)
 
 
 def body(opts: harness.Options) -> None:
@@ -265,11 +223,7 @@ def body(opts: harness.Options) -> None:
             "block: turn.json's ctime, the rename of the record that says `blocked`. The ctime comes from the"
             f" kernel's coarse clock: here it reads a median {harness.ms(early)} (at most {harness.ms(late)})"
             " before a rename's true time, so every latency above reads up to that much long, floor and mu alike",
-            f"after its line, mu wait exits a median {harness.ms(mu_tail)} later, the floor"
-            f" {harness.ms(floor_tail)} later (an interpreter's exit). mu's share: its plugin's stop "
-            + (f"ends a median {harness.ms(harness.median(stopped))} after the line, and mu's own exit takes a"
-               f" median {harness.ms(harness.median(finalized))} after that"
-               if stopped else "could not be timed apart here (no pidfd)"),
+            exit_note(mu_tail, floor_tail, stopped, finalized),
             f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         ],
     )

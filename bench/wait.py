@@ -85,8 +85,9 @@ def run(argv: List[str], env: Dict[str, str]) -> str:
     return done.stdout.decode()
 
 
-class Agent:
-    """The demo agent's folder, and deliveries into its inbox."""
+class DemoAgent:
+    """The demo agent's folder: its turn record, and deliveries into its
+    inbox (bench/blocked.py's agent is one too)."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -99,6 +100,20 @@ class Agent:
                 return json.loads(f.read())
         except (OSError, ValueError):
             return None
+
+    def put(self, kind: str, **fields: object) -> None:
+        """One delivery of `kind`, written aside and renamed in."""
+        self.sent += 1
+        msg_id = f"bench-{os.getpid()}-{self.sent}"
+        message = dict(msgId=msg_id, kind=kind, at=int(time.time() * 1000), **fields)
+        aside = os.path.join(self.folder, "inbox", f".{msg_id}.json")
+        with open(aside, "w") as f:
+            json.dump(message, f)
+        os.replace(aside, os.path.join(self.folder, "inbox", f"{msg_id}.json"))
+
+
+class Agent(DemoAgent):
+    """The demo agent whose turns sleep SLEEP_S."""
 
     def runs(self) -> int:
         record = self.record()
@@ -115,15 +130,8 @@ class Agent:
         raise RuntimeError(f"the demo agent in {self.folder} is not idle after {READY_TIMEOUT_S:g} s")
 
     def deliver(self) -> None:
-        """One `send` whose turn sleeps SLEEP_S, written aside and renamed in."""
-        self.sent += 1
-        msg_id = f"bench-{os.getpid()}-{self.sent}"
-        message = {"msgId": msg_id, "kind": "send", "text": f"/sleep {SLEEP_S}\nround {self.sent}",
-                   "at": int(time.time() * 1000)}
-        aside = os.path.join(self.folder, "inbox", f".{msg_id}.json")
-        with open(aside, "w") as f:
-            json.dump(message, f)
-        os.replace(aside, os.path.join(self.folder, "inbox", f"{msg_id}.json"))
+        """One `send` whose turn sleeps SLEEP_S."""
+        self.put("send", text=f"/sleep {SLEEP_S}\nround {self.sent + 1}")
 
     def settle_ns(self, after: int) -> Tuple[int, int]:
         """turn.json's ctime (the rename that settled turn after + 1) and
@@ -213,17 +221,28 @@ class Sample(NamedTuple):
     gap: float
 
 
-def one_round(env: Dict[str, str], agent: Agent, argv: Callable[[int], List[str]],
-              ready: Callable[[subprocess.Popen], Optional[int]]) -> Sample:
-    """Start a waiter for the turn after the agent's runs, deliver once it
-    is ready, and time the settle as it saw it."""
-    after = agent.idle_runs()
-    waiter = subprocess.Popen(argv(after), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+class Waited(NamedTuple):
+    """What one waiter did, in time.time_ns(): when its first line came,
+    when its plugin exited (None where no pidfd could tell) and when it did."""
+
+    line: bytes
+    lined: int
+    gone: Optional[int]
+    exited: int
+    code: int
+    err: bytes
+
+
+def watch(argv: List[str], env: Dict[str, str], ready: Callable[[subprocess.Popen], Optional[int]],
+          deliver: Callable[[], None]) -> Waited:
+    """Start the waiter `argv`, `deliver` once `ready` says it waits (and
+    gives its plugin's pidfd, or None), then time what it does."""
+    waiter = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pidfd: Optional[int] = None
     gone: Optional[int] = None
     try:
         pidfd = ready(waiter)
-        agent.deliver()
+        deliver()
         line = waiter.stdout.readline()  # type: ignore[union-attr]
         lined = time.time_ns()
         if pidfd is not None:  # readable once the plugin has exited: no polling loop
@@ -237,12 +256,31 @@ def one_round(env: Dict[str, str], agent: Agent, argv: Callable[[int], List[str]
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait()
-    rest, err = waiter.communicate()
-    if waiter.returncode != 0 or not line:
-        raise RuntimeError(f"{' '.join(argv(after)[2:4])} exited {waiter.returncode}: {err.decode()[:300]}")
+    _, err = waiter.communicate()
+    return Waited(line, lined, gone, exited, waiter.returncode, err)
+
+
+def one_round(env: Dict[str, str], agent: Agent, argv: Callable[[int], List[str]],
+              ready: Callable[[subprocess.Popen], Optional[int]]) -> Sample:
+    """Start a waiter for the turn after the agent's runs, deliver once it
+    is ready, and time the settle as it saw it."""
+    after = agent.idle_runs()
+    seen = watch(argv(after), env, ready, agent.deliver)
+    if seen.code != 0 or not seen.line:
+        raise RuntimeError(f"{' '.join(argv(after)[2:4])} exited {seen.code}: {seen.err.decode()[:300]}")
     settled, settled_at = agent.settle_ns(after)
-    return Sample((lined - settled) / 1e9, (exited - settled) / 1e9,
-                  None if gone is None else (gone - settled) / 1e9, (settled - settled_at) / 1e9)
+    return Sample((seen.lined - settled) / 1e9, (seen.exited - settled) / 1e9,
+                  None if seen.gone is None else (seen.gone - settled) / 1e9, (settled - settled_at) / 1e9)
+
+
+def exit_note(mu_tail: float, floor_tail: float, stopped: List[float], finalized: List[float]) -> str:
+    """The note on what mu wait does between its line and its exit."""
+    return (f"after its line, mu wait exits a median {harness.ms(mu_tail)} later, the floor"
+            f" {harness.ms(floor_tail)} later (an interpreter's exit). mu's share: its plugin's stop (shutdown,"
+            " stdin closed, the plugin's exit awaited) "
+            + (f"ends a median {harness.ms(harness.median(stopped))} after the line, and mu's own exit takes a"
+               f" median {harness.ms(harness.median(finalized))} after that (the interpreter's finalization)"
+               if stopped else "could not be timed apart here (no pidfd)"))
 
 
 def body(opts: harness.Options) -> None:
@@ -305,12 +343,7 @@ def body(opts: harness.Options) -> None:
             " fsync'd writes). The ctime comes from the kernel's coarse clock: here it reads a median"
             f" {harness.ms(early)} (at most {harness.ms(late)}) before a rename's true time, so every latency above"
             " reads up to that much long, floor and mu alike",
-            f"after its line, mu wait exits a median {harness.ms(mu_tail)} later, the floor"
-            f" {harness.ms(floor_tail)} later (an interpreter's exit). mu's share: its plugin's stop (shutdown,"
-            " stdin closed, the plugin's exit awaited) "
-            + (f"ends a median {harness.ms(harness.median(stopped))} after the line, and mu's own exit takes a"
-               f" median {harness.ms(harness.median(finalized))} after that (the interpreter's finalization)"
-               if stopped else "could not be timed apart here (no pidfd)"),
+            exit_note(mu_tail, floor_tail, stopped, finalized),
             f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         ],
     )
