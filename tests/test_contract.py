@@ -345,6 +345,45 @@ def test_the_watcher_catches_a_helper_with_an_empty_environment():
         leader.wait()
 
 
+def test_what_leaves_the_group_during_an_acquire_is_the_hosts_until_its_release():
+    # A provider's acquire may start the host itself outside its group (a
+    # container and the engine's monitor): seen in that window, it and
+    # what it starts later are the host's, never an escape; the release
+    # check then finds them alive until they end.  The same start outside
+    # the window is an escape.
+    leader = subprocess.Popen(["sh", "-c", "while read what; do setsid sh -c 'sleep 0.3; exec sleep 30' & done"],
+                              stdin=subprocess.PIPE, start_new_session=True)
+    watcher = GroupWatcher(frozenset(), b"MU_PLUGIN_CANARY=c0ffee")
+    watcher.adopt(leader.pid)
+
+    def outside() -> list:
+        import psutil
+
+        return [p for p in psutil.Process(leader.pid).children() if os.getpgid(p.pid) != leader.pid]
+
+    try:
+        watcher.start()
+        with watcher.hosting():
+            leader.stdin.write(b"host\n")
+            leader.stdin.flush()
+            wait_for(lambda: outside(), what="the host's process")
+        (host,) = outside()
+        time.sleep(0.6)  # its own child (the later sleep) appears outside the window
+        watcher.settle(0.1)
+        assert watcher.escaped == {} and host.is_running()
+        assert len(watcher.host_left(0.0)) == 1
+        leader.stdin.write(b"helper\n")  # the same start after the acquire: an escape
+        leader.stdin.flush()
+        wait_for(lambda: watcher.escaped, what="the helper caught")
+        assert host.is_running()
+        os.killpg(host.pid, signal.SIGKILL)
+        assert watcher.host_left(5.0) == []
+    finally:
+        watcher.stop()
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
 def test_the_watcher_tells_a_process_on_its_way_out():
     gone = subprocess.Popen(["true"])
     wait_for(lambda: watcher_module._exiting(gone.pid), what="the zombie read as exiting")  # a zombie

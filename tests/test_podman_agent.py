@@ -63,6 +63,7 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     facts = json.loads(status.stdout)["facts"]
     assert (facts["memoryBytes"], facts["cpus"], facts["network"]) == (512 << 20, 1.0, "none")
     assert facts["imageDigest"].startswith("sha256:")
+    assert facts["exec"] == "server"  # calls go through the container's exec server, not podman exec
     checked = mu("host", "check", "box", "--json")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     steps = {s["step"]: s["result"] for s in json.loads(checked.stdout)["steps"]}

@@ -48,3 +48,16 @@ def test_the_contract_suite_passes_against_an_engine_service(podman_engine, tmp_
         except subprocess.TimeoutExpired:
             service.kill()
             service.wait()
+
+
+def test_the_contract_suite_passes_with_the_engine_run_directly(podman_engine):  # noqa: F811
+    """Daemonless: the container's monitor is the host's (the suite sees it
+    leave the group during the acquire, and gone after the release); every
+    call after it goes through the container's exec server, so nothing
+    else leaves the plugin's group."""
+    added = run_mu("plugin", "add", "podman", "--", *podman_engine.plugin_argv(), timeout=60)
+    assert added.returncode == 0, added.stderr
+    tested = run_mu("plugin", "test", "--param", "image=" + podman_engine.image, "podman", timeout=240)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert " 0 failed" in tested.stdout and "FAIL" not in tested.stdout, tested.stdout
+    assert podman_engine.containers() == []

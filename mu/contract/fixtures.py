@@ -30,7 +30,8 @@ def acquired(session) -> Dict[str, Any]:
     key = f"contract-{session.token}-host"
     params = {"target": {"host": {"name": DEFAULT_HOST}}, "key": key, "params": dict(session.params)}
     try:
-        result = session.call("host.acquire", params, timeout_s=EFFECT_TIMEOUT_S)
+        with session.watcher.hosting():  # what it starts outside the group is the host (a container)
+            result = session.call("host.acquire", params, timeout_s=EFFECT_TIMEOUT_S)
     except Fail as e:
         session.shared["host-failure"] = e.got
         raise

@@ -6,7 +6,9 @@ inside the window return the first result and make no second host (its
 `lookup`, when declared, shows the one); a declared `lookup` finds what the
 acquire made and answers `none` for a key never used; `host.status`
 answers a status that validates; `host.release` is idempotent: repeated
-three times, each resolves.
+three times, each resolves, and what the acquire started outside the
+plugin's group (the host's own processes, `GroupWatcher.hosting`) is gone
+once it has.
 
 The suite acquires one host (with the `--param` map as the acquire's
 params) the first time a check needs it, and releases it at the end, by
@@ -24,6 +26,7 @@ from mu.contract.fixtures import EFFECT_TIMEOUT_S, acquired
 from mu.contract.registry import Fail, Skip, check, same_json
 
 REPEATS = 3
+HOST_GONE_S = 10.0  # a released host's processes (a container's monitor) end within this
 
 
 def _caps(session) -> Dict[str, Any]:
@@ -91,4 +94,7 @@ def release(session) -> str:
         except Fail as e:
             raise Fail(f"release number {attempt} to resolve", e.got) from None
         host["release"].cancel()
+    left = session.watcher.host_left(HOST_GONE_S)
+    if left:
+        raise Fail(f"the host's processes gone within {HOST_GONE_S:.0f} s of its release", "; ".join(left[:3]))
     return ""

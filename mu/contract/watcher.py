@@ -26,6 +26,13 @@ plugin started outside it.  A `GroupWatcher` proves that, and cleans up:
   process, not the plugin's helper, and a detached one leaves the plugin's
   group by design (protocol "The job").  It is never recorded nor killed
   here; the job checks stop it through the plugin and prove it gone;
+- a process that left the plugin's group while the plugin acquired a
+  host (`hosting`, around `host.acquire`: a plugin that declares the host
+  seam), and everything under it, is the host's (protocol "The host": a
+  container and the engine's monitor that keeps it are the host, as a
+  detached job's processes are the job's).  It is never recorded nor
+  killed here; the release check proves it gone once the host is released
+  (`host_left`).  Outside that window every process stays in the group;
 - an environment read as empty is judged on a later poll: a process on
   its way out, or inside an exec, shows an empty one for a moment (a
   job's wrapper that just ended, or a job's command starting, would look
@@ -39,13 +46,14 @@ between two polls is still caught when its orphan is re-parented here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 from mu.runtime import groups
 from mu.runtime.supervisor import supervisor
@@ -89,6 +97,8 @@ class GroupWatcher:
         self._marker = marker  # "MU_PLUGIN_CANARY=<canary>": what every plugin process inherits
         self._argv = argv  # the plugin's: the runtime's processes of another plugin are not watched
         self._jobs: List[bytes] = []  # "VAR=value" markers of the jobs the suite asked for
+        self._hosting = False  # a host.acquire is under way
+        self._host: Dict[int, Tuple[float, str]] = {}  # the host's processes: pid -> (create time, command)
         self.escaped: Dict[Tuple[int, float], Escapee] = {}
         self.env_leaks: List[str] = []
         self.polls = 0
@@ -122,6 +132,41 @@ class GroupWatcher:
         for, not a helper that left the plugin's group."""
         with self._lock:
             self._jobs.append(marker)
+
+    @contextlib.contextmanager
+    def hosting(self) -> Iterator[None]:
+        """Around a `host.acquire`: what leaves the plugin's group until it
+        answers is the host's.  One poll more once it has, so that what it
+        started just before its answer is seen as the host's too."""
+        with self._lock:
+            self._hosting = True
+        try:
+            yield
+        finally:
+            try:
+                self.poll()
+            finally:
+                with self._lock:
+                    self._hosting = False
+
+    def host_left(self, wait_s: float) -> List[str]:
+        """The host's processes still alive after up to `wait_s` (a
+        release ends them: the engine removes what it kept)."""
+        give_up = time.monotonic() + wait_s
+        while True:
+            left = []
+            for pid, (created, command) in sorted(self._host.items()):
+                try:
+                    proc = self._psutil.Process(pid)
+                    if proc.create_time() == created and proc.status() != self._psutil.STATUS_ZOMBIE:
+                        left.append(f"pid {pid} ({command})")
+                except self._psutil.NoSuchProcess:
+                    continue
+            if not left or time.monotonic() >= give_up:
+                self.reap_orphans()
+                return left
+            time.sleep(0.1)
+            self.reap_orphans()
 
     def spawn(self, argv: List[str], **kwargs) -> subprocess.CompletedProcess:
         """Run one of the suite's own helpers (git), which is not the
@@ -179,12 +224,14 @@ class GroupWatcher:
             leaders = dict(self._leaders)
             helpers = set(self._helpers)
             jobs = list(self._jobs)
+            hosting = self._hosting
             table = _process_table(psutil)
         self.polls += 1
         children: Dict[int, List[int]] = {}
         for pid, (ppid, _group) in table.items():
             children.setdefault(ppid, []).append(pid)
         plugin_groups = set(leaders.values())
+        host = self._host_processes(table, children)
         suspects: List[Tuple[int, str]] = []
         empty: Set[int] = set()  # read with an empty environment on this poll
         for leader, pgid in leaders.items():
@@ -194,7 +241,10 @@ class GroupWatcher:
                 group = table[pid][1]
                 self._lineage.add(pid)
                 self._check_env(pid)
-                if group == pgid:
+                if group == pgid or pid in host:
+                    continue
+                if hosting:
+                    self._host_add(pid, host, children)
                     continue
                 environ = self._settled_environ(pid, empty, final)
                 if environ is None:
@@ -204,7 +254,10 @@ class GroupWatcher:
         unexplained: Dict[int, float] = {}
         now = time.monotonic()
         for pid in children.get(self._me, []):
-            if pid in leaders or pid in helpers or pid in self._before:
+            if pid in leaders or pid in helpers or pid in self._before or pid in host:
+                continue
+            if hosting and pid in self._lineage:
+                self._host_add(pid, host, children)
                 continue
             group = table[pid][1]
             if group in plugin_groups:
@@ -225,6 +278,24 @@ class GroupWatcher:
         self._empty = empty
         for pid, how in suspects:
             self._record_and_kill(pid, table[pid][0], how)
+
+    def _host_processes(self, table: Dict[int, Tuple[int, int]], children: Dict[int, List[int]]) -> Set[int]:
+        """The live processes that are the host's: those `hosting` saw
+        leave the group, and everything under them."""
+        roots = [pid for pid in self._host if pid in table]
+        found = set(roots)
+        for pid in roots:
+            found.update(_descendants(pid, children))
+        return found
+
+    def _host_add(self, pid: int, host: Set[int], children: Dict[int, List[int]]) -> None:
+        try:
+            proc = self._psutil.Process(pid)
+            self._host[pid] = (proc.create_time(), " ".join(proc.cmdline()[:4]))
+        except (self._psutil.NoSuchProcess, self._psutil.AccessDenied, self._psutil.ZombieProcess):
+            return
+        host.add(pid)
+        host.update(_descendants(pid, children))
 
     def _settled_environ(self, pid: int, empty: Set[int], final: bool) -> Optional[bytes]:
         """`pid`'s environment, or None while it cannot be trusted.  An

@@ -14,11 +14,18 @@ What a caller may rely on:
   or the user's variables.
 - `Box` is a container as the shared link, job and channel see a
   connection (`mu.plugins.shellhost.connection.Connection`): `argv` runs a sh
-  program in it through `<engine> exec -i`, `op` runs one and returns its
-  stdout's lines, and `git_ssh_command` is git's transport into it.  A
-  container that does not exist or does not run is `Permanent` (nothing
-  ran); an engine that fails without saying why is `Retryable` for a read
-  and `UnknownOutcome` for a program that acts.
+  program in it, `op` runs one and returns its stdout's lines, and
+  `git_ssh_command` is git's transport into it.  Each goes through the
+  container's exec server (`execd.py`, its first process) by a client of
+  the plugin's own (`execc.py`), so no engine process is started per call;
+  through `<engine> exec -i` when the container has no server (no python3
+  in the image: the `engine` marker in its folder).  A container that does
+  not exist or does not run is `Permanent` (nothing ran); an engine that
+  fails without saying why is `Retryable` for a read and `UnknownOutcome`
+  for a program that acts.
+- `Options.box_folder(name)` is the plugin's folder for container `name`,
+  under `--state` (default `$XDG_STATE_HOME/mu-plugin-podman`): the exec
+  server's program and socket, mounted in the container at `BOX_MOUNT`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 import os
 import re
 import shlex
+import sys
 import threading
 import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
@@ -36,6 +44,9 @@ from mu import sdk
 from mu.plugins.shellhost import runner
 
 DEFAULT_WORK = "/mu"
+BOX_MOUNT = "/run/mu-exec"  # where a container sees its folder of the plugin's
+CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execc.py")
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 ENGINES = ("podman", "docker")
 # a container this plugin makes: mu- and 20 hex (see host.box_name)
 BOX_NAME = re.compile(r"mu-[0-9a-f]{20}\Z")
@@ -49,12 +60,13 @@ MISSING = ("no such container", "no container with name or id", "is not running"
 
 class Options(NamedTuple):
     """The plugin's argv: the engine, its args, its containers.conf, the
-    work folder in each container."""
+    work folder in each container, the plugin's state folder."""
 
     engine: str = "podman"
     engine_args: tuple = ()
     containers_conf: Optional[str] = None
     work: str = DEFAULT_WORK
+    state: str = ""
     # what mu-plugin-ssh's seams read of their options
     config: Optional[str] = None
     alive_s: int = 5
@@ -69,18 +81,27 @@ class Options(NamedTuple):
             env["CONTAINERS_CONF"] = self.containers_conf
         return env
 
-    def shell_prefix(self) -> str:
-        """The engine's command line for a shell: its environment and argv."""
-        env = ""
-        if self.containers_conf:
-            env = "CONTAINERS_CONF=%s " % shlex.quote(self.containers_conf)
-        return env + "exec " + " ".join(shlex.quote(a) for a in self.command())
+    def box_folder(self, name: str) -> str:
+        """The plugin's folder for container `name` (see the module's doc)."""
+        return os.path.join(self.state or default_state(), "boxes", name)
 
     def instance(self) -> str:
         """The backend (protocol "Handshake"): the engine, its args, its
         containers.conf and the work folder."""
         text = "\0".join([self.engine] + list(self.engine_args) + [self.containers_conf or "", self.work])
         return self.engine + "-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def default_state() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "mu-plugin-podman")
+
+
+def client_argv(options: Options, folder: str, name: str) -> List[str]:
+    """The exec client's argv up to the run's: the box's folder and the
+    engine's `exec -i <name>` it falls back on."""
+    engine = options.command("exec", "-i", name)
+    return [sys.executable, "-I", "-S", CLIENT, folder, str(len(engine))] + engine
 
 
 def engine_run(options: Options, args: Sequence[str], end: float, cancel: Any = None,
@@ -113,19 +134,34 @@ class Box:
         finally:
             self._sessions.release()
 
+    def way(self) -> str:
+        """How calls reach the container: `server` (its exec server
+        listens) or `engine` (the engine's exec: the image has no python3,
+        or the container was made with another --state)."""
+        folder = self.options.box_folder(self.dest)
+        if os.path.exists(os.path.join(folder, "sock")) and not os.path.exists(os.path.join(folder, "engine")):
+            return "server"
+        return "engine"
+
     def alive(self) -> bool:
         return True
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
-        return self.options.command("exec", "-i", self.dest, "sh", "-c", program, "mu-box", self.options.work,
-                                    *args)
+        client = client_argv(self.options, self.options.box_folder(self.dest), self.dest)
+        return client + ["sh", "-c", program, "mu-box", self.options.work, *args]
 
     def git_ssh_command(self) -> str:
         """git's ssh command: a shell function that runs the pack command
         git gives (its last word) in the container named by the one before
-        it, through exec; git's ssh options before them are dropped."""
-        return ('mu_box() { while [ $# -gt 2 ]; do shift; done; %s exec -i "$1" sh -c "$2"; }; mu_box'
-                % self.options.shell_prefix())
+        it, through the exec client; git's ssh options before them are
+        dropped."""
+        client = client_argv(self.options, "@FOLDER@", "@NAME@")
+        words = " ".join(shlex.quote(w) for w in client)
+        words = words.replace("@FOLDER@", '"$mu_f"').replace("@NAME@", '"$1"')
+        env = "CONTAINERS_CONF=%s " % shlex.quote(self.options.containers_conf) if self.options.containers_conf else ""
+        folder = shlex.quote(os.path.dirname(self.options.box_folder(self.dest)))
+        return ('mu_box() { while [ $# -gt 2 ]; do shift; done; mu_f=%s/"$1"; %sexec %s sh -c "$2"; }; mu_box'
+                % (folder, env, words))
 
     def broken(self, code: Optional[int], text: str) -> Optional[sdk.PluginError]:
         """An exec whose end was not seen is never proven not to have run:

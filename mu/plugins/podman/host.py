@@ -51,12 +51,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import time
 from typing import Any, Dict, Optional
 
 from mu import sdk
-from mu.plugins.podman.engine import Options, engine_run, first_line
+from mu.plugins.podman.engine import BOX_MOUNT, SERVER, Box, Options, engine_run, first_line
 from mu.plugins.shellhost.job import call_end
 
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
@@ -69,9 +70,14 @@ NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}\Z")
 IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
 EFFECT_S = 50.0  # inside mu's effect timeout: a first run may unpack an image
 READ_S = 8.0
-# the container's first process: sleep until the deadline (or for ever),
-# and end at once on the engine's stop signal
-FIRST = 'trap "exit 0" TERM INT; if [ "$1" = - ]; then sleep infinity & else sleep "$1" & fi; wait; exit 0'
+# The container's first process: the exec server (execd.py) under the
+# image's python3, until the deadline (or for ever); an image without
+# python3 gets `sleep` instead and the `engine` marker, so every call goes
+# through the engine's exec.  Both end at once on the engine's stop signal.
+FIRST = ('d=%s; if command -v python3 >/dev/null 2>&1 && [ -f "$d/execd.py" ]; then exec python3 "$d/execd.py" "$d" "$1"; fi; '
+         'echo "the image has no python3: calls go through the engine\'s exec" > "$d/engine"; '
+         'trap "exit 0" TERM INT; if [ "$1" = - ]; then sleep infinity & else sleep "$1" & fi; wait; exit 0'
+         % BOX_MOUNT)
 
 
 def box_name(instance: str, key: str) -> str:
@@ -114,6 +120,8 @@ class HostSeam:
         if "memory" in wanted:
             args += ["--memory", wanted["memory"]]
         seconds = "-" if deadline_at is None else str(max(1, (deadline_at - now_ms()) // 1000))
+        folder = self._box_folder(name)
+        args += ["--volume", "%s:%s:z" % (folder, BOX_MOUNT)]  # z: a label SELinux lets the container use
         args += ["--entrypoint", "sh", wanted["image"], "-c", FIRST, "mu-box", seconds]
         ran = engine_run(self.options, args, end, call)
         said = ran.err.decode("utf-8", "replace")
@@ -153,6 +161,7 @@ class HostSeam:
             if status in ("paused",):
                 raise sdk.Permanent("container %s is paused: unpause or release it" % name)
             try:
+                self._box_folder(name)  # what it mounts: a start without it fails
                 self._start(name, end, call)
             except sdk.Permanent as exc:
                 self._remove(name, end, call)
@@ -160,12 +169,27 @@ class HostSeam:
                     return None
                 raise sdk.Retryable("container %s could not be started and was removed (acquire again): %s"
                                     % (name, exc.message)) from None
-        ran = engine_run(self.options, ["exec", name, "true"], end, call)
-        if ran.ended != "exit":
-            raise sdk.UnknownOutcome("%s exec true in %s did not end in time" % (self.options.engine, name))
-        if ran.code != 0:
-            raise sdk.Retryable("container %s is not ready: %s" % (name, first_line(ran.err.decode("utf-8", "replace"))))
+        try:
+            Box(self.options, name).op("true", [], end, call)
+        except sdk.UnknownOutcome as exc:
+            raise sdk.UnknownOutcome("container %s is not proven ready: %s" % (name, exc.message)) from None
+        except sdk.PluginError as exc:
+            raise sdk.Retryable("container %s is not ready: %s" % (name, exc.message)) from None
         return result
+
+    def _box_folder(self, name: str) -> str:
+        """The plugin's folder for container `name`, made (0700) with the
+        exec server's program in it: what the container mounts."""
+        folder = self.options.box_folder(name)
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            temporary = os.path.join(folder, ".execd.py.%d" % os.getpid())
+            shutil.copyfile(SERVER, temporary)
+            os.replace(temporary, os.path.join(folder, "execd.py"))
+        except OSError as exc:
+            raise sdk.Permanent("cannot make the folder %s for container %s: %s"
+                                % (folder, name, exc.strerror or exc)) from None
+        return folder
 
     def _start(self, name: str, end: float, call: Any) -> None:
         """`<engine> start` of container `name`; a running one is left as is."""
@@ -219,7 +243,8 @@ class HostSeam:
             image_id = "sha256:" + image_id  # the engine's image id: the digest of the image's config
         facts.update({"state": "up", "image": config.get("Image") or found.get("ImageName"),
                       "imageDigest": image_id, "network": limits.get("NetworkMode"),
-                      "cpus": (limits.get("NanoCpus") or 0) / 1e9 or None, "memoryBytes": limits.get("Memory") or None})
+                      "cpus": (limits.get("NanoCpus") or 0) / 1e9 or None, "memoryBytes": limits.get("Memory") or None,
+                      "exec": Box(self.options, name).way()})
         return {k: v for k, v in facts.items() if v is not None or k in ("cpus", "memoryBytes")}
 
     @sdk.method("host.release")
@@ -270,6 +295,7 @@ class HostSeam:
         while True:
             left = engine_run(self.options, ["container", "exists", name], end, call)
             if left.ended == "exit" and left.code == 1:
+                shutil.rmtree(self.options.box_folder(name), ignore_errors=True)
                 return
             if left.ended != "exit" or left.code != 0 or time.monotonic() >= end:
                 break

@@ -1,6 +1,6 @@
 """mu-plugin-podman's entry point: its argv, its declaration, and `run`.
 
-Usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>] [--work <dir>] [--name <name>]
+Usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>] [--work <dir>] [--state <dir>] [--name <name>]
 
 - `--engine`: the command line it drives (default `podman`; `docker`
   takes the same verbs).
@@ -12,6 +12,9 @@ Usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--cont
   raised.
 - `--work <dir>`: the work folder in each container, an absolute path
   (default `/mu`): the link's login directory.
+- `--state <dir>`: the plugin's own folder on this machine, an absolute
+  path (default `$XDG_STATE_HOME/mu-plugin-podman`): a folder per
+  container, mounted in it, holds its exec server and that server's socket.
 - `--name <name>`: the name it answers the handshake with (default
   `podman`), as mu-plugin-ssh's.
 
@@ -35,7 +38,7 @@ from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
 from mu.plugins.shellhost import channel, job, link, remote
 
 USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>]"
-         " [--work <dir>] [--name <name>]")
+         " [--work <dir>] [--state <dir>] [--name <name>]")
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 VERSION = "0.1.0"
 KIND = "podman-tmux"
@@ -154,7 +157,7 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
 def parse(argv: List[str]) -> "tuple[Options, str]":
     """The plugin's options and name; raises ValueError with a one-line reason."""
     single: Dict[str, Optional[str]] = {"--engine": "podman", "--containers-conf": None, "--work": DEFAULT_WORK,
-                                        "--name": "podman"}
+                                        "--state": None, "--name": "podman"}
     engine_args: List[str] = []
     args = list(argv)
     while args:
@@ -180,10 +183,13 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
     work = single["--work"] or ""
     if not work.startswith("/") or "\0" in work or "\n" in work or work.rstrip("/") == "":
         raise ValueError("--work must be an absolute folder other than /")
+    state = single["--state"]
+    if state is not None and (not os.path.isabs(state) or "\0" in state or "\n" in state):
+        raise ValueError("--state must be an absolute folder, not %s" % state)
     name = single["--name"] or ""
     if not NAME.match(name):
         raise ValueError("--name must be a plugin name ([a-z0-9][a-z0-9_-]*), not %s" % name)
-    return Options(single["--engine"] or "podman", tuple(engine_args), conf, work.rstrip("/")), name
+    return Options(single["--engine"] or "podman", tuple(engine_args), conf, work.rstrip("/"), state or ""), name
 
 
 def main(argv: Optional[List[str]] = None) -> int:
