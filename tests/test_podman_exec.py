@@ -90,6 +90,24 @@ def test_no_folder_or_an_engine_marker_makes_the_client_the_engines_exec(tmp_pat
     assert client(folder, "true", engine=engine).stdout == b"engine: true\n"
 
 
+def test_a_link_in_place_of_the_socket_is_never_followed(tmp_path: Path):
+    # The folder is writable from the container: a link named `sock` to a
+    # socket of this machine's must not make the client connect there.
+    import socket
+
+    folder = tmp_path / "box"
+    folder.mkdir()
+    with socket.socket(socket.AF_UNIX) as trap:
+        trap.bind(str(tmp_path / "trap"))
+        trap.listen(1)
+        trap.setblocking(False)
+        (folder / "sock").symlink_to(tmp_path / "trap")
+        ran = client(folder, "true", engine=("echo", "engine:"))
+        assert ran.stdout == b"engine: true\n"
+        with pytest.raises(BlockingIOError):
+            trap.accept()  # nobody connected
+
+
 def test_a_folder_whose_server_never_listens_falls_back_after_a_wait(tmp_path: Path):
     folder = tmp_path / "box"
     folder.mkdir()
@@ -101,7 +119,10 @@ def test_a_folder_whose_server_never_listens_falls_back_after_a_wait(tmp_path: P
 def test_the_socket_appears_only_once_the_server_listens_and_a_stale_one_is_replaced(tmp_path: Path):
     folder = tmp_path / "box"
     folder.mkdir()
-    (folder / "sock").write_text("stale")  # an earlier start's
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as stale:  # an earlier start's: there, and refusing
+        stale.bind(str(folder / "sock"))
     proc = subprocess.Popen([sys.executable, str(SERVER), str(folder), "60"])
     try:
         ran = client(folder, "sh", "-c", "echo up")  # waits for the fresh socket
@@ -193,19 +214,37 @@ def test_a_killed_plugin_leaves_no_per_call_process(registered):
     mu = subprocess.Popen([sys.executable, str(ROOT / "bin" / "mu"), "host", "exec", "box", "--", "sleep 45"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        def clients() -> list:
-            return [p for p in psutil.process_iter(["cmdline"]) if str(CLIENT) in (p.info["cmdline"] or [])]
+        def clients() -> list:  # this mu's: another test's may run beside it
+            try:
+                under = psutil.Process(mu.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                under = []
+            found = {p.pid for p in psutil.process_iter(["cmdline"]) if str(CLIENT) in (p.info["cmdline"] or [])}
+            return [p for p in under if p.pid in found] + [p for p in orphans if p.pid in found and p.is_running()]
+
+        orphans: list = []
 
         wait_for(lambda: clients(), timeout=30, what="the exec client")
         (call,) = clients()
         plugin = call.parent()  # the plugin runs the client for the call
         assert plugin.ppid() == mu.pid and "mu-plugin-podman" in " ".join(plugin.cmdline())
-        engine_pids = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in ("conmon", "podman")}
+        cid = json.loads(engine.podman("container", "inspect", name).stdout)[0]["Id"]
+
+        def exec_monitors() -> list:  # conmon -c <container> -u <exec session>: a podman exec's
+            found = []
+            for p in psutil.process_iter(["name", "cmdline"]):
+                args = p.info["cmdline"] or []
+                if p.info["name"] == "conmon" and "-c" in args and "-u" in args:
+                    if args[args.index("-c") + 1] == cid != args[args.index("-u") + 1]:
+                        found.append(p)
+            return found
+
+        assert exec_monitors() == []  # the call runs through the exec server
+        orphans.append(call)  # once the plugin is gone, it is no child of mu's: watched by pid
         plugin.kill()
         mu.communicate(timeout=30)
         wait_for(lambda: not clients(), timeout=10, what="the exec client gone")
-        started = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in ("conmon", "podman")}
-        assert started <= engine_pids  # no engine process was started for the call, nor left by it
+        assert exec_monitors() == []  # nor left by it
 
         def in_box() -> str:
             return engine.podman("exec", name, "sh", "-c", "ps -eo args").stdout

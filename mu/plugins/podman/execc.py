@@ -10,8 +10,9 @@ process of the plugin's own, so it stays in the plugin's group (protocol
   (`execd.py` says what is there).  The client hands its own stdin, stdout
   and stderr to the server with `<argv...>` and exits with the run's
   status; the run reads and writes the caller's pipes directly.
-- When the folder is not there (a container made elsewhere) or holds
-  `engine` (the image has no python3, or the server could not listen),
+- When the folder is not there (a container made elsewhere), holds
+  `engine` (the image has no python3, or the server could not listen) or
+  a `sock` that is not a socket (a link is never followed: see `_connect`),
   the client becomes `<engine words> <argv...>` (`podman exec -i <name>`):
   the same run, through the engine's own exec.  So it does when no server
   answers within `WAIT_S` (a container that is not running: the engine
@@ -23,6 +24,7 @@ process of the plugin's own, so it stays in the plugin's group (protocol
 
 import _socket  # not `socket`: its enums would double the client's start
 import os
+import stat  # already loaded by os
 import sys
 import time
 
@@ -45,7 +47,8 @@ def fall_back(engine, argv):
 
 def connect(folder):
     """A connection to the folder's server, or None: no folder, an
-    `engine` marker, or no server within WAIT_S."""
+    `engine` marker, a `sock` that is not a socket, or no server within
+    WAIT_S."""
     give_up = time.monotonic() + WAIT_S
     while True:
         try:
@@ -54,15 +57,46 @@ def connect(folder):
             return None
         if os.path.exists("engine"):
             return None
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            sock.connect("sock")
+            sock = _connect()
+        except NotASocket:
+            return None
+        if sock is not None:
             return sock
-        except OSError:
-            sock.close()
         if time.monotonic() >= give_up:
             return None
         time.sleep(0.02)
+
+
+class NotASocket(Exception):
+    pass
+
+
+def _connect():
+    """A connection to `sock` itself, never to what a link of that name
+    points at: the folder is writable from the container, so its programs
+    could put a symlink there to make the client connect to a socket of
+    this machine's.  The name is opened without following it, checked to
+    be a socket, and connected to through that very file (its
+    /proc/self/fd link); None while there is no server."""
+    try:
+        fd = os.open("sock", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise NotASocket()
+        sock.connect("/proc/self/fd/%d" % fd)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(fd)
 
 
 def main(args):
