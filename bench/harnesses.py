@@ -50,14 +50,15 @@ PI_FLAGS = ("--provider", "stub", "--model", "stub-model")
 
 
 def installed(name: str) -> Optional[str]:
-    import hashlib
+    """The pinned harness's program where tests/harnesses/install.sh put
+    it (the tests' own lookup), or None."""
+    from harness_fixture import cache_folder
 
-    lock = os.path.join(ROOT, "tests", "harnesses")
-    with open(os.path.join(lock, "package.json"), "rb") as f, open(os.path.join(lock, "package-lock.json"), "rb") as g:
-        digest = hashlib.sha256(f.read() + g.read()).hexdigest()[:16]
-    base = os.environ.get("MU_HARNESS_CACHE") or "/var/cache/mu-harnesses"
-    program = os.path.join(base, digest, "node_modules", ".bin", name)
-    return program if os.access(program, os.X_OK) else None
+    for folder in (cache_folder(), cache_folder() / "acp"):
+        program = folder / "node_modules" / ".bin" / name
+        if os.access(program, os.X_OK):
+            return str(program)
+    return None
 
 
 def environment(name: str, program: str, stub, folder: str) -> Dict[str, str]:

@@ -97,7 +97,7 @@ USAGE = ("usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <co
 SKILL_NAME = "mu"  # the skill's name in its front matter (mu/SKILL.md)
 ROLES = ("full-access", "read-only")  # the JobSpec's roles (docs/harnesses.md, "Roles")
 HARNESS_PROGRAMS = {"claude": ("MU_HARNESS_CLAUDE", "claude"), "codex": ("MU_HARNESS_CODEX", "codex"),
-                    "pi": ("MU_HARNESS_PI", "pi")}
+                    "pi": ("MU_HARNESS_PI", "pi"), "acp": ("MU_HARNESS_ACP", ""), "qwen": ("MU_HARNESS_QWEN", "qwen")}
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0  # the harness answers `initialize` within this, or the start failed
 RESTARTS = 3  # restarts of a harness that keeps exiting, before the bridge gives up
@@ -888,7 +888,233 @@ class Pi(Harness):
         return json.dumps(turn.get("text") or "")[1:-1].encode("utf-8") in tail
 
 
-HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi}
+class Acp(Harness):
+    """An agent of the Agent Client Protocol (JSON-RPC 2.0 over its stdio):
+    `initialize`, a session (`session/new`, or `session/load` to resume),
+    a `session/prompt` per message, settled by the prompt's answer (its
+    `stopReason`); `session/update` notifications carry the agent's text
+    and tool calls.  ACP gives the client no message id of its own, so the
+    receipt is the bridge's, as pi's is: the turn's `mark` is how many user
+    messages the session held before this one, and after a restart the
+    message was delivered when the session's replay (`session/load` sends
+    the history as `user_message_chunk` updates) holds its text past the
+    mark.  The client declares no `fs` and no `terminal`: the agent uses
+    its own tools.  Requests of the agent's that the bridge does not serve
+    are answered -32601.
+
+    A preset names the program and its modes by role: `never` (what
+    full-access sets: the agent never asks), `ask` (--ask) and `plan`
+    (read-only).  A permission the agent asks anyway is allowed at once
+    under full-access; under --ask or read-only it is `blocked`, with the
+    options' ids as the keys of `mu answer`."""
+
+    name = "acp"
+    ARGS = ()  # what the program needs to speak ACP
+    # mode ids by purpose, the first the agent offers wins
+    MODES = {"never": ("yolo", "bypassPermissions", "full-access"), "ask": ("default", "ask"),
+             "plan": ("plan", "read-only")}
+
+    def start(self, session, resume):
+        self.session = session if resume else None
+        self.resume = resume
+        self.caps = {}
+        self.prompt = None  # the key of the prompt under way
+        self.held = []  # (key, text) to prompt once the one under way is answered
+        self.chunks = []  # the agent's message text of the prompt under way
+        self.users = 0  # the user messages the session holds (replayed, then prompted)
+        self.replayed = []  # the user messages' texts the agent replayed on load
+        self.asked = {}  # a permission request's id -> its options
+        self.text = None  # the agent's last message of the prompt under way
+        self.spawn(self.program + list(self.ARGS) + self.extra)
+        self.call("mu-init", "initialize", {"protocolVersion": 1, "clientInfo": {"name": "mu-bridge", "version": "1"},
+                                            "clientCapabilities": {"fs": {"readTextFile": False,
+                                                                          "writeTextFile": False},
+                                                                   "terminal": False}})
+
+    def call(self, rid, method, params):
+        self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+    def notify(self, method, params):
+        self.write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def translate(self, message):
+        rid, method = message.get("id"), message.get("method")
+        if method is None:
+            return self._answered(rid, message)
+        params = _dict(message.get("params"))
+        if rid is not None:
+            return self._asked(rid, method, params)
+        if method == "session/update":
+            return self._update(_dict(params.get("update")))
+        return []
+
+    def _answered(self, rid, message):
+        result, error = _dict(message.get("result")), message.get("error")
+        if rid == "mu-init":
+            if error is not None:
+                return [("failed", "it refused initialize: %s" % _brief(error))]
+            self.caps = _dict(result.get("agentCapabilities"))
+            if self.session and self.caps.get("loadSession"):
+                self.call("mu-session", "session/load", {"sessionId": self.session, "cwd": self.cwd, "mcpServers": []})
+            else:
+                self.session = None
+                self.call("mu-session", "session/new", {"cwd": self.cwd, "mcpServers": []})
+            return []
+        if rid == "mu-session":
+            session = result.get("sessionId") or self.session
+            if error is not None or not isinstance(session, str) or not session:
+                return [("failed", "its session could not start: %s" % _brief(error))]
+            self.session = session
+            mode, refusal = self._mode(_dict(result.get("modes")))
+            if refusal is not None:
+                return [("failed", refusal)]
+            if mode is not None:
+                self.call("mu-mode", "session/set_mode", {"sessionId": session, "modeId": mode})
+                return []
+            return self._ready()
+        if rid == "mu-mode":
+            if error is not None:
+                return [("failed", "it refused the mode of role %s: %s" % (self._role(), _brief(error)))]
+            return self._ready()
+        if isinstance(rid, str) and rid.startswith("mu-prompt-"):
+            return self._prompted(rid[len("mu-prompt-"):], result, error)
+        return []
+
+    def _role(self):
+        return "read-only" if self.role == "read-only" else "--ask" if self.ask else "full-access"
+
+    def _mode(self, modes):
+        """(the mode to set for the role, or None when there is none to set;
+        why the role cannot be had, or None).  full-access without a
+        never-ask mode still never asks: its permissions are allowed as they
+        come.  --ask and read-only are refused by an agent whose modes hold
+        none for them: the bridge never runs a role it cannot keep."""
+        offered = [m.get("id") for m in _list(modes.get("availableModes")) if isinstance(m, dict)]
+        purpose = "plan" if self.role == "read-only" else "ask" if self.ask else "never"
+        found = next((m for m in self.MODES[purpose] if m in offered), None)
+        if found is None and purpose != "never" and (offered or purpose == "plan"):
+            return None, "it has no mode for %s (its modes: %s)" % (self._role(), ", ".join(map(str, offered)) or "none")
+        return (None if found == modes.get("currentModeId") else found), None
+
+    def _ready(self):
+        say("mu-bridge: %s session %s (%s)" % (self.name, self.session, self._role()))
+        return [("ready", self.session)]
+
+    def _asked(self, rid, method, params):
+        if method != "session/request_permission":
+            self.write({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found: %s" % method}})
+            return []
+        options = [o for o in _list(params.get("options")) if isinstance(o, dict) and isinstance(o.get("optionId"), str)]
+        call = _dict(params.get("toolCall"))
+        if self.role != "read-only" and not self.ask:
+            allow = next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+            if allow is not None:  # full-access: never stop to ask
+                self._choose(rid, allow["optionId"])
+                say("  allowed: %s" % _brief(call.get("title") or call.get("rawInput"), 200))
+                return []
+        self.asked[rid] = options
+        what = first_line(call["title"], 200) if isinstance(call.get("title"), str) and call["title"].strip() \
+            else _brief(call.get("rawInput") or "a tool call", 200)
+        question = {"question": "allow %s?" % what, "options": [{"label": o["optionId"]} for o in options]}
+        return [("ask", rid, "question", {"questions": [question]})]
+
+    def _choose(self, rid, option):
+        outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
+        self.write({"jsonrpc": "2.0", "id": rid, "result": {"outcome": outcome}})
+
+    def _update(self, update):
+        kind = update.get("sessionUpdate")
+        content = _dict(update.get("content"))
+        if kind == "user_message_chunk" and self.prompt is None:  # the history, replayed on load
+            text = content.get("text") if content.get("type") == "text" else None
+            if isinstance(text, str):
+                self.replayed.append(text)
+                self.users += 1
+            return []
+        if self.prompt is None:
+            return []  # a cancelled prompt's last words, or the history's replies
+        if kind == "agent_message_chunk" and content.get("type") == "text" and isinstance(content.get("text"), str):
+            self.chunks.append(content["text"])
+            return []
+        if kind == "tool_call":
+            return self._said() + [("tool", update.get("title") or update.get("kind") or "tool",
+                                    update.get("rawInput") or {})]
+        return []
+
+    def _said(self):
+        """The agent's text so far, as one event (the pane shows whole messages)."""
+        text = "".join(self.chunks).strip()
+        self.chunks, self.text = [], text or self.text
+        return [("text", text)] if text else []
+
+    def _prompted(self, key, result, error):
+        found = self._said()
+        text, self.text = self.text, None
+        if key != self.prompt:
+            return found
+        self.prompt = None
+        if error is not None:
+            why = _brief(error)
+            found.append(("done", key, "Turn failed: %s" % why, why))
+        else:
+            reason = result.get("stopReason")
+            failed = None if reason == "end_turn" else str(reason or "no stopReason")
+            found.append(("done", key, text, failed))
+        if self.held:
+            self._prompt(*self.held.pop(0))
+        return found
+
+    def _prompt(self, key, text):
+        self.prompt = key
+        self.chunks, self.text = [], None
+        self.users += 1
+        self.call("mu-prompt-" + key, "session/prompt",
+                  {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+
+    def user(self, key, text, steer=False):
+        if self.prompt is None:
+            self._prompt(key, text)
+        else:
+            self.held.append((key, text))  # ACP takes one prompt at a time: a steer is the next one
+
+    def interrupt(self):
+        if self.prompt is not None:
+            self.held = []
+            self.notify("session/cancel", {"sessionId": self.session})
+
+    def permit(self, request_id, allow, tool_input, reply, keys=()):
+        options = self.asked.pop(request_id, [])
+        ids = [o["optionId"] for o in options]
+        if keys and keys[0] in ids:
+            return self._choose(request_id, keys[0])
+        wanted = "allow" if allow else "reject"
+        chosen = next((o["optionId"] for o in options if str(o.get("kind", "")).startswith(wanted)), None)
+        self._choose(request_id, chosen)
+
+    def resumable(self, session):
+        return bool(session)
+
+    def mark(self, session):
+        return self.users
+
+    def delivered(self, session, key, turn=None):
+        """Whether the session's replay holds the turn's message past the
+        mark taken before the agent had it."""
+        if not turn or not isinstance(turn.get("mark"), int):
+            return False
+        return (turn.get("text") or "") in self.replayed[turn["mark"]:]
+
+
+class Qwen(Acp):
+    """Qwen Code (`qwen --acp`): never-ask is its `yolo` mode, --ask its
+    `default`, read-only its `plan`."""
+
+    name = "qwen"
+    ARGS = ("--acp",)
+    MODES = {"never": ("yolo",), "ask": ("default",), "plan": ("plan",)}
+
+
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen}
 
 
 def _file_holds(path, text):
@@ -1319,26 +1545,35 @@ class Bridge:
         self.request = None
         session = self.record["session"]
         turn = self.record.get("turn")
-        again = turn is not None and bool(turn["msgIds"]) and \
-            not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
-        if turn is not None and not again:
+        if turn is not None and (not turn["msgIds"] or self._had_it(session)):
+            # its own turn ends with it; a receipt in its own files answers now
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
         if self.restarts > RESTARTS:
             raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
+        resumed = True
         try:
             self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
             self.restart_elsewhere("the session could not be resumed")
             self.launch(None, False)
+            resumed = False
+        if resumed and self._had_it(session):  # one the resumed harness gives (an ACP agent's replay)
+            self.settle(self.record["turn"], error="the harness exited (%s)" % code)
         turn = self.record.get("turn")
-        if again and turn is not None:
+        if turn is not None:  # it never had the message: given again, once
             say("mu-bridge: turn %d.%d is given again: %s never had it" % (
                 self.record["incarnation"], turn["n"], self.harness.name))
             turn["open"] = [message_uuid(turn["msgIds"][0])]
             self.give(turn["msgIds"][0], turn["text"])
         self.save()
+
+    def _had_it(self, session):
+        """Whether the harness had the open turn's first message (its receipt)."""
+        turn = self.record.get("turn")
+        return turn is not None and bool(turn["msgIds"]) and \
+            self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
 
     # -- the settle ------------------------------------------------------------------
 
@@ -1459,6 +1694,10 @@ def main(argv=None):
                 return 2
     if harness == "pi" and role != "full-access":
         sys.stderr.write("mu-bridge: pi has no permissions or sandbox of its own: it runs full-access only\n")
+        return 2
+    if not program and harness == "acp":
+        sys.stderr.write("mu-bridge: the acp harness runs the ACP agent you name: give --program or set %s\n"
+                         % variable)
         return 2
     if harness == "pi" and ask:
         sys.stderr.write("mu-bridge: pi cannot ask for approval: --ask needs claude or codex\n")
