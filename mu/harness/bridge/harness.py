@@ -20,8 +20,10 @@ PATH otherwise), and implements:
   `key` (the receipt after a crash);
 
 and may override mark(session) (what the bridge keeps with a turn for that
-receipt), start_failed() (why a start failed, in one line) and refused(role,
-ask) (a role or --ask the harness cannot honour).  Its events go on
+receipt), question(tool, input) and answer(request_id, input, keys) (how
+an "ask" is shown as `blocked` and how `mu answer`'s keys answer it),
+start_failed() (why a start failed, in one line) and refused(role, ask) (a
+role or --ask the harness cannot honour).  Its events go on
 `events` as (process, event) pairs:
 
   ("ready", session)            it can take a message; session: its id
@@ -45,7 +47,20 @@ import os
 import subprocess
 import threading
 
-from .common import DIR_VAR, MAX_LINE, BridgeError, brief, die_with_parent, first_line, read_lines, say, well_formed
+from .common import (
+    ALLOW_KEYS,
+    DENY_KEYS,
+    DIR_VAR,
+    MAX_LINE,
+    BridgeError,
+    as_list,
+    brief,
+    die_with_parent,
+    first_line,
+    read_lines,
+    say,
+    well_formed,
+)
 
 
 class Harness:
@@ -175,6 +190,33 @@ class Harness:
                 self.proc.stdin.flush()
             except (OSError, ValueError, AttributeError):
                 pass  # it exited: its end comes as an event
+
+    def question(self, tool, tool_input):
+        """(the pending question of an "ask", the keys its `mu answer` takes,
+        as shown): a question of the agent's (AskUserQuestion, pi's
+        `question`) offers its first question's options; a permission,
+        allow | deny."""
+        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
+        if tool in ("AskUserQuestion", "question") and isinstance(questions, list):
+            asked = [q for q in questions if isinstance(q, dict)]
+            question = "%s asks: %s" % (self.name, " / ".join(first_line(q.get("question"), 150) for q in asked))
+            labels = [o.get("label") for q in asked[:1] for o in as_list(q.get("options"))
+                      if isinstance(o, dict) and isinstance(o.get("label"), str)]
+            return question, " | ".join(labels) if labels else "<your answer>"
+        if tool in ("AskUserQuestion", "question"):
+            return "%s asks: %s" % (self.name, brief(tool_input, 300)), "<your answer>"
+        return "%s wants to %s" % (tool, brief(tool_input, 300)), "allow | deny"
+
+    def answer(self, request_id, tool_input, keys):
+        """Answer the "ask" `request_id` with the keys of an `answer`
+        delivery (permit()), and say how, for the pane: allow/yes/y allows
+        a permission, deny/no/n denies it, other keys deny it with the keys
+        as the user's reply; a question's keys are its answer."""
+        allow = keys[0].lower() in ALLOW_KEYS
+        reply = None if allow or keys[0].lower() in DENY_KEYS else "The user answered: %s" % " ".join(keys)
+        question = isinstance(tool_input, dict) and isinstance(tool_input.get("questions"), list)
+        self.permit(request_id, allow, tool_input, reply, keys if question else ())
+        return " ".join(keys) if question else "allow" if allow else reply or "deny"
 
     def mark(self, session):
         """What the bridge keeps, with a turn, for its receipt (pi's; others keep their own)."""

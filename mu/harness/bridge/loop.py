@@ -20,9 +20,7 @@ import time
 from .claude import Claude
 from .codex import Codex
 from .common import (
-    ALLOW_KEYS,
     CONTROL_KINDS,
-    DENY_KEYS,
     DIR_VAR,
     KINDS,
     OWN_KEY,
@@ -31,7 +29,6 @@ from .common import (
     ROLES,
     START_TIMEOUT_S,
     BridgeError,
-    as_list,
     brief,
     crash_point,
     decode_skill,
@@ -253,11 +250,7 @@ class Bridge:
             crash_point("bridge-given")
         elif after[0] == "answer":
             (request_id, tool_input), keys = after[1], after[2]
-            allow = keys[0].lower() in ALLOW_KEYS
-            reply = None if allow or keys[0].lower() in DENY_KEYS else "The user answered: %s" % " ".join(keys)
-            question = isinstance(tool_input, dict) and isinstance(tool_input.get("questions"), list)
-            self.harness.permit(request_id, allow, tool_input, reply, keys if question else ())
-            say("  answered: %s" % (" ".join(keys) if question else "allow" if allow else reply or "deny"))
+            say("  answered: %s" % self.harness.answer(request_id, tool_input, keys))
         else:
             self.harness.interrupt()
             if after[0] == "interrupt-then":
@@ -338,19 +331,7 @@ class Bridge:
         say("> (%s: turn %d.%d)" % (why, self.record["incarnation"], self.record["turn"]["n"]))
 
     def block(self, request_id, tool, tool_input):
-        questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
-        if tool in ("AskUserQuestion", "question") and isinstance(questions, list):
-            asked = [q for q in questions if isinstance(q, dict)]
-            question = "%s asks: %s" % (self.harness.name, " / ".join(first_line(q.get("question"), 150) for q in asked))
-            labels = [o.get("label") for q in asked[:1] for o in as_list(q.get("options"))
-                      if isinstance(o, dict) and isinstance(o.get("label"), str)]
-            keys = " | ".join(labels) if labels else "<your answer>"
-        elif tool in ("AskUserQuestion", "question"):
-            question = "%s asks: %s" % (self.harness.name, brief(tool_input, 300))
-            keys = "<your answer>"
-        else:
-            question = "%s wants to %s" % (tool, brief(tool_input, 300))
-            keys = "allow | deny"
+        question, keys = self.harness.question(tool, tool_input)
         target = self.agent_name or "<agent>"
         self.request = (request_id, tool_input)
         self.record.update(state="blocked", since=now_ms(),
