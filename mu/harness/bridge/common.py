@@ -33,7 +33,7 @@ KINDS = CONTROL_KINDS + TURN_KINDS
 ALLOW_KEYS = ("allow", "yes", "y")
 DENY_KEYS = ("deny", "no", "n")
 # The key of a turn the harness began itself (no message asked for it; see
-# ("begin", why) below): it is never a message's key (those are uuid5s), and
+# ("begin", why) in harness.py): it is never a message's key (those are uuid5s), and
 # such a turn's record has kind "own" and no msgIds.
 OWN_KEY = "mu-own-turn"
 UUID_SPACE = uuid.UUID("6d750000-6272-6964-6765-000000000001")  # the bridge's uuid5 namespace

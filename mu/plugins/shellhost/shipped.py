@@ -42,7 +42,6 @@ SCRIPTS = {
     "mu-demo-agent": (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or ".")), "mu-demo-agent"),
                       os.path.join(os.path.dirname(PACKAGE), "examples", "mu-demo-agent")),
 }
-PROGRAMS = ("mu-bridge",) + tuple(SCRIPTS)
 SHIPPED_END = "MU_SHIPPED_SOURCE_ENDS_HERE"
 # what decodes the zipapp on the host: the base64 lines on its stdin, the bytes on its stdout
 DECODE = "python3 -c 'import base64, sys; sys.stdout.buffer.write(base64.b64decode(sys.stdin.buffer.read()))'"
