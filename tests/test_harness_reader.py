@@ -13,7 +13,6 @@ failure names the seed that reproduces it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import queue
@@ -23,7 +22,7 @@ import time
 
 import pytest
 from conftest import ROOT, wait_for
-from test_harness_bridge import Bridge
+from test_harness_bridge import Bridge, standalone
 
 FAKE = ROOT / "tests" / "harnesses" / "fake_harness.py"
 RECORDED = ROOT / "tests" / "harnesses" / "recorded"
@@ -46,14 +45,6 @@ BAD = b"\n".join([
     b"[" * 100000,
     b"",
 ])
-
-
-def standalone():
-    """The bridge as a host without mu runs it: the one file, loaded alone."""
-    found = importlib.util.spec_from_file_location("mu_bridge_fuzzed", ROOT / "mu" / "harness" / "bridge.py")
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name", HARNESSES)
@@ -159,25 +150,25 @@ def test_the_readers_of_all_three_bridges_never_die_on_mutated_real_events(name,
     each mutated, and then the fake's good end of the turn: for each seed,
     every event it puts out is well formed, the good end is among them, and
     the last is the exit, with its code."""
-    bridge = standalone()
-    bridge.MAX_LINE = 200_000  # so a huge line is cheap to make
+    bridge = standalone(tmp_path)  # as a host without mu runs it: from the zipapp
+    bridge.common.MAX_LINE = 200_000  # so a huge line is cheap to make (its reader reads it there)
     events = recorded(name)
     for seed in SEEDS:
         rng = random.Random(f"{name}-{seed}")
-        lines = [mutate(line, rng, bridge.MAX_LINE) for line in events for _ in range(2)]
+        lines = [mutate(line, rng, bridge.common.MAX_LINE) for line in events for _ in range(2)]
         lines += [line for line in events if rng.random() < 0.3]  # some good ones among them
         rng.shuffle(lines)
         bad = tmp_path / f"lines-{seed}"
         bad.write_bytes(b"\n".join(lines) + b"\n")
         monkeypatch.setenv("FAKE_HARNESS_LINES", str(bad))
         monkeypatch.setenv("FAKE_HARNESS_EXIT", "3")
-        monkeypatch.setenv(bridge.DIR_VAR, str(tmp_path))
+        monkeypatch.setenv(bridge.common.DIR_VAR, str(tmp_path))
         found: "queue.Queue" = queue.Queue()
-        harness = bridge.HARNESSES[name]([sys.executable, str(FAKE), name], [], str(tmp_path), found)
+        harness = bridge.loop.HARNESSES[name]([sys.executable, str(FAKE), name], [], str(tmp_path), found)
         harness.start(None, False)
         seen = _until(found, lambda e: e[0] == "ready", seed)
         assert seen[-1][0] == "ready", (seed, seen)
-        key = bridge.message_uuid(f"m-{seed}")
+        key = bridge.common.message_uuid(f"m-{seed}")
         harness.user(key, "go")
         # the good end is the fake's: `done` for its key (a good recorded
         # event among the mutated ones may have ended it already, or taken its text)
@@ -185,7 +176,7 @@ def test_the_readers_of_all_three_bridges_never_die_on_mutated_real_events(name,
         harness.proc.stdin.close()  # the fake ends at the end of its input (a held turn cannot stop it)
         seen += _until(found, lambda e: e[0] == "exit", seed)
         assert seen[-1] == ("exit", 0), (seed, seen[-3:])
-        bad_events = [e for e in seen if not bridge._well_formed(e) and e[0] != "exit"]
+        bad_events = [e for e in seen if not bridge.common.well_formed(e) and e[0] != "exit"]
         assert bad_events == [], (seed, bad_events[:3])
         assert harness.proc.poll() == 0
 
