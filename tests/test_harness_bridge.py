@@ -1,6 +1,7 @@
-"""mu-bridge itself (mu/harness/bridge.py), on its own turn files: what it
+"""mu-bridge itself (the package mu/harness/bridge/), on its own turn files: what it
 promises when a harness or the bridge dies, when the harness is missing,
-and that it stays a standard-library program.
+and that it stays a standard-library program, shipped as one deterministic
+zipapp that runs on its own.
 
 The harness is the real `claude` against the stub model; the bridge is
 started as a job starts it (bin/mu-bridge, the job folder in
@@ -10,6 +11,8 @@ MU_DEMO_AGENT_DIR), and the test delivers into its inbox as a channel does.
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib
 import json
 import os
 import signal
@@ -77,11 +80,67 @@ def bridge(claude_env, tmp_path):
     made.stop()
 
 
-def test_the_bridge_imports_nothing_but_the_standard_library():
-    tree = ast.parse((ROOT / "mu" / "harness" / "bridge.py").read_text())
+PACKAGE = ROOT / "mu" / "harness" / "bridge"
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.glob("*.py")))
+def test_every_module_of_the_bridge_imports_nothing_but_the_standard_library_and_its_own(module):
+    tree = ast.parse((PACKAGE / module).read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+              and not n.level}
     assert names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+    # its own modules, relatively: the package runs under another name in the zipapp
+    own = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+    assert all(n.level == 1 for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level), own
+
+
+def zipapp() -> bytes:
+    from mu.plugins.shellhost.shipped import build_bridge_zipapp
+
+    return build_bridge_zipapp()
+
+
+def standalone(tmp_path: Path):
+    """The bridge as a host without mu runs it: its package imported from
+    the zipapp mu ships, under the zipapp's name (mu_bridge), not mu's."""
+    path = tmp_path / "mu-bridge.pyz"
+    path.write_bytes(zipapp())
+    for name in [n for n in sys.modules if n == "mu_bridge" or n.startswith("mu_bridge.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(path))
+    try:
+        package = importlib.import_module("mu_bridge")
+    finally:
+        sys.path.remove(str(path))
+    assert package.__file__.startswith(str(path))
+    return package
+
+
+def test_the_zipapp_is_the_same_bytes_every_time_and_runs_with_python3_alone(tmp_path):
+    first, second = zipapp(), zipapp()
+    assert first == second
+    path = tmp_path / "mu-bridge.pyz"
+    path.write_bytes(first)
+    env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH: nothing of mu is found beside it
+    helped = subprocess.run(["python3", str(path), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=30)
+    assert helped.returncode == 0 and helped.stderr.startswith("usage: mu-bridge (claude | codex | pi | acp | qwen) ")
+    bad = subprocess.run(["python3", str(path), "nobody"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "mu-bridge: no harness 'nobody'" in bad.stderr and "usage: mu-bridge" in bad.stderr
+    # what a job's run.sh writes on a host, by a real sh: the same bytes, under their hash
+    from mu.plugins.shellhost.shipped import shipped_on_host
+
+    cmd, setup = shipped_on_host("mu-bridge --help")
+    (tmp_path / "jobs" / "j1").mkdir(parents=True)
+    (tmp_path / "run.sh").write_text(setup + cmd + "\n")
+    ran = subprocess.run(["sh", str(tmp_path / "run.sh")], cwd=tmp_path / "jobs" / "j1", env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert ran.returncode == 0 and ran.stderr.startswith("usage: mu-bridge "), ran.stderr
+    written = list((tmp_path / "bin").iterdir())
+    assert [p.name for p in written] == ["mu-bridge-%s.pyz" % hashlib.sha256(first).hexdigest()[:16]]
+    assert written[0].read_bytes() == first
 
 
 def test_a_bridge_killed_mid_turn_settles_that_turn_once_when_it_starts_again(bridge, claude_env):
@@ -180,23 +239,19 @@ def test_the_skill_is_written_once_under_the_job_folder_by_its_hash_and_put_righ
     """place_skill (in-process: no harness needed): the same text is the same
     tree, written once; another text is another tree; a tree edited by hand
     is written again whole; nothing is left half-written beside them."""
-    import importlib.util
-
-    found = importlib.util.spec_from_file_location("mu_bridge_alone", ROOT / "mu" / "harness" / "bridge.py")
-    standalone = importlib.util.module_from_spec(found)  # as a host without mu runs it: the one file
-    found.loader.exec_module(standalone)
+    place_skill = standalone(tmp_path).common.place_skill  # as a host without mu runs it: from the zipapp
     text = (ROOT / "mu" / "SKILL.md").read_text()
     job = tmp_path / "job"
     job.mkdir()
-    root = Path(standalone.place_skill(str(job), text))
+    root = Path(place_skill(str(job), text))
     files = [root / "claude" / "skills" / "mu" / "SKILL.md", root / "root" / "mu" / "SKILL.md"]
     assert [f.read_text() for f in files] == [text, text]
     assert json.loads((root / "claude" / ".claude-plugin" / "plugin.json").read_text())["name"] == "mu"
     written = files[0].stat().st_mtime_ns
-    assert Path(standalone.place_skill(str(job), text)) == root and files[0].stat().st_mtime_ns == written
+    assert Path(place_skill(str(job), text)) == root and files[0].stat().st_mtime_ns == written
     files[1].write_text("edited")
-    assert Path(standalone.place_skill(str(job), text)) == root and files[1].read_text() == text
-    other = Path(standalone.place_skill(str(job), text + "\nmore\n"))
+    assert Path(place_skill(str(job), text)) == root and files[1].read_text() == text
+    other = Path(place_skill(str(job), text + "\nmore\n"))
     assert other != root and sorted(p.name for p in job.iterdir()) == sorted([root.name, other.name])
 
 

@@ -35,7 +35,7 @@ from conftest import run_mu, wait_for
 from test_harness_bridge import Bridge, bridge  # noqa: F401  (a fixture)
 from test_harness_claude import box, mu, settled  # noqa: F401  (box is a fixture)
 
-from mu.harness.bridge import message_uuid
+from mu.harness.bridge.common import message_uuid
 
 claude_env, codex_env, pi_env = harness_fixture.claude_env, harness_fixture.codex_env, harness_fixture.pi_env
 stub_model = harness_fixture.stub_model  # the fixtures

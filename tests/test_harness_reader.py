@@ -13,7 +13,6 @@ failure names the seed that reproduces it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import queue
@@ -23,12 +22,13 @@ import time
 
 import pytest
 from conftest import ROOT, wait_for
-from test_harness_bridge import Bridge
+from test_harness_bridge import Bridge, standalone
 
 FAKE = ROOT / "tests" / "harnesses" / "fake_harness.py"
 RECORDED = ROOT / "tests" / "harnesses" / "recorded"
-HARNESSES = ("claude", "codex", "pi")
-VARIABLES = {"claude": "MU_HARNESS_CLAUDE", "codex": "MU_HARNESS_CODEX", "pi": "MU_HARNESS_PI"}
+HARNESSES = ("claude", "codex", "pi", "acp")
+VARIABLES = {"claude": "MU_HARNESS_CLAUDE", "codex": "MU_HARNESS_CODEX", "pi": "MU_HARNESS_PI",
+             "acp": "MU_HARNESS_ACP"}
 
 # The bad lines of the end-to-end test: what broke the reader before.
 BAD = b"\n".join([
@@ -46,14 +46,6 @@ BAD = b"\n".join([
     b"[" * 100000,
     b"",
 ])
-
-
-def standalone():
-    """The bridge as a host without mu runs it: the one file, loaded alone."""
-    found = importlib.util.spec_from_file_location("mu_bridge_fuzzed", ROOT / "mu" / "harness" / "bridge.py")
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name", HARNESSES)
@@ -142,7 +134,11 @@ TURN_SIGNALS = {"result", "command_lifecycle", "turn/started", "turn/completed",
 
 
 def _turn_signal(event) -> bool:
-    return event.get("type") in TURN_SIGNALS or event.get("method") in TURN_SIGNALS
+    """Whether the event ends or begins a turn, or (ACP's message chunks) makes its text."""
+    update = (event.get("params") or {}).get("update") if isinstance(event.get("params"), dict) else None
+    chunk = isinstance(update, dict) and update.get("sessionUpdate") == "agent_message_chunk"
+    return event.get("type") in TURN_SIGNALS or event.get("method") in TURN_SIGNALS or chunk or \
+        "stopReason" in (event.get("result") or {})
 
 
 def recorded(name: str):
@@ -153,31 +149,31 @@ SEEDS = range(12)
 
 
 @pytest.mark.parametrize("name", HARNESSES)
-def test_the_readers_of_all_three_bridges_never_die_on_mutated_real_events(name, tmp_path, monkeypatch):
+def test_the_readers_of_every_bridge_never_die_on_mutated_real_events(name, tmp_path, monkeypatch):
     """In one process, each harness's real reader (Harness._read over a real
     pipe from the fake harness) is fed every recorded event of its harness,
     each mutated, and then the fake's good end of the turn: for each seed,
     every event it puts out is well formed, the good end is among them, and
     the last is the exit, with its code."""
-    bridge = standalone()
-    bridge.MAX_LINE = 200_000  # so a huge line is cheap to make
+    bridge = standalone(tmp_path)  # as a host without mu runs it: from the zipapp
+    bridge.common.MAX_LINE = 200_000  # so a huge line is cheap to make (its reader reads it there)
     events = recorded(name)
     for seed in SEEDS:
         rng = random.Random(f"{name}-{seed}")
-        lines = [mutate(line, rng, bridge.MAX_LINE) for line in events for _ in range(2)]
+        lines = [mutate(line, rng, bridge.common.MAX_LINE) for line in events for _ in range(2)]
         lines += [line for line in events if rng.random() < 0.3]  # some good ones among them
         rng.shuffle(lines)
         bad = tmp_path / f"lines-{seed}"
         bad.write_bytes(b"\n".join(lines) + b"\n")
         monkeypatch.setenv("FAKE_HARNESS_LINES", str(bad))
         monkeypatch.setenv("FAKE_HARNESS_EXIT", "3")
-        monkeypatch.setenv(bridge.DIR_VAR, str(tmp_path))
+        monkeypatch.setenv(bridge.common.DIR_VAR, str(tmp_path))
         found: "queue.Queue" = queue.Queue()
-        harness = bridge.HARNESSES[name]([sys.executable, str(FAKE), name], [], str(tmp_path), found)
+        harness = bridge.loop.HARNESSES[name]([sys.executable, str(FAKE), name], [], str(tmp_path), found)
         harness.start(None, False)
         seen = _until(found, lambda e: e[0] == "ready", seed)
         assert seen[-1][0] == "ready", (seed, seen)
-        key = bridge.message_uuid(f"m-{seed}")
+        key = bridge.common.message_uuid(f"m-{seed}")
         harness.user(key, "go")
         # the good end is the fake's: `done` for its key (a good recorded
         # event among the mutated ones may have ended it already, or taken its text)
@@ -185,7 +181,7 @@ def test_the_readers_of_all_three_bridges_never_die_on_mutated_real_events(name,
         harness.proc.stdin.close()  # the fake ends at the end of its input (a held turn cannot stop it)
         seen += _until(found, lambda e: e[0] == "exit", seed)
         assert seen[-1] == ("exit", 0), (seed, seen[-3:])
-        bad_events = [e for e in seen if not bridge._well_formed(e) and e[0] != "exit"]
+        bad_events = [e for e in seen if not bridge.common.well_formed(e) and e[0] != "exit"]
         assert bad_events == [], (seed, bad_events[:3])
         assert harness.proc.poll() == 0
 
@@ -211,8 +207,8 @@ def test_a_bridge_fed_mutated_real_events_settles_each_turn_and_sees_the_exit(na
     harness printing mutated recorded events: every turn settles with the
     good end's text, and the harness's exit is seen."""
     rng = random.Random(f"bridge-{name}")
-    # not the events that end or begin a turn: a good one of those would
-    # (rightly) settle the turn with the recorded text, not the fake's
+    # not the events that end or begin a turn, or make its text: a good one
+    # of those would (rightly) settle the turn with the recorded text, not the fake's
     pool = [line for line in recorded(name) if not _turn_signal(json.loads(line))]
     lines = [mutate(line, rng, 1 << 20) for line in pool for _ in range(3)]
     bad = tmp_path / "lines"

@@ -11,10 +11,12 @@ import json
 
 import harness_fixture
 import pytest
-from conftest import ROOT, run_mu, wait_for
+from conftest import run_mu, wait_for
 from harnesses.stub_model import StubModel
 from ssh_fixture import sshd  # noqa: F401  (the fixture)
 from test_site import git, make_checkout
+
+from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 
 def mu(*args: str) -> str:
@@ -54,8 +56,9 @@ def test_claude_over_ssh_runs_behind_a_bridge_put_on_the_host(sshd, remote_stub,
     # the skill came on the bridge's command line (the host has no mu) and Claude was told of it
     assert harness_fixture.told_of_skill(remote_stub, "- mu:mu: ")
     bridges = sorted(p.name for p in (sshd.work / "bin").iterdir())
-    assert len(bridges) == 1 and bridges[0].startswith("mu-bridge-") and bridges[0].endswith(".py")
-    assert (sshd.work / "bin" / bridges[0]).read_bytes() == (ROOT / "mu" / "harness" / "bridge.py").read_bytes()
+    assert len(bridges) == 1 and bridges[0].startswith("mu-bridge-") and bridges[0].endswith(".pyz")
+    # the one zipapp of the package, as built from the source here
+    assert (sshd.work / "bin" / bridges[0]).read_bytes() == build_bridge_zipapp()
 
     mu("send", "w/a", "please STUB_TOOL")
 

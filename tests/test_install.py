@@ -121,7 +121,7 @@ def test_the_installed_mu_spawns_the_demo_harness(installed, tmp_path):
 def test_the_installed_ssh_plugin_finds_the_programs_it_puts_on_a_host(installed, tmp_path):
     """An SSH (or podman) job writes mu-bridge and mu-demo-agent onto its
     host from the install: the plugin, run as the installed script, reads
-    both from beside itself and the package (mu.plugins.shellhost.job.SHIPPED)."""
+    both from beside itself and the package (mu.plugins.shellhost.shipped)."""
     probe = ("import sys; sys.argv[0] = %r\n"
              "from mu.plugins.shellhost import job\n"
              "for program in ('mu-bridge claude', 'mu-demo-agent'):\n"

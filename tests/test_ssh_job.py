@@ -210,20 +210,23 @@ def test_attach_opens_a_new_view_and_closing_it_leaves_the_job(jobs):
     assert out.returncode == 5 and "no started job" in out.stderr
 
 
-def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path):
-    # The lines that put mu-demo-agent on the host, run by a real sh in a
-    # job's folder, with a `cat` that copies a little and then hangs; the
-    # hangup tmux sends when a session is killed reaches the copy there.
+@pytest.mark.parametrize("program, writer", [("mu-demo-agent", "cat"), ("mu-bridge claude", "python3")])
+def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path, program, writer):
+    # The lines that put the program on the host, run by a real sh in a
+    # job's folder, with the program that writes it (`cat` for the demo
+    # agent's text, `python3` decoding the bridge's zipapp) writing a little
+    # and then hanging; the hangup tmux sends when a session is killed
+    # reaches the copy there.
     from mu.plugins.shellhost.job import shipped_on_host
 
-    _cmd, setup = shipped_on_host("mu-demo-agent")
+    _cmd, setup = shipped_on_host(program)
     folder = tmp_path / "work" / "jobs" / "j1"
     folder.mkdir(parents=True)
     (folder / "run.sh").write_text(setup + "echo never-reached\n")
     shims = tmp_path / "shims"
     shims.mkdir()
-    (shims / "cat").write_text("#!/bin/sh\nhead -c 100\nexec sleep 30\n")
-    (shims / "cat").chmod(0o755)
+    (shims / writer).write_text("#!/bin/sh\nhead -c 100\nexec sleep 30\n")
+    (shims / writer).chmod(0o755)
     run = subprocess.Popen(["sh", "run.sh"], cwd=folder, start_new_session=True, stdout=subprocess.PIPE,
                            env=dict(os.environ, PATH=f"{shims}:/usr/bin:/bin"))
     bin_dir = tmp_path / "work" / "bin"
@@ -233,3 +236,25 @@ def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path
     out, _ = run.communicate(timeout=15)
     assert run.returncode == 143 and b"never-reached" not in out
     assert list(bin_dir.iterdir()) == []
+
+
+def test_a_bridge_that_cannot_be_written_ends_the_job_with_its_status_and_its_env_file_gone(tmp_path):
+    # run.sh's lines for mu-bridge on a host whose python3 cannot decode it:
+    # the job ends as a failed command does (its `exit` recorded), nothing
+    # half-written is left in bin/, and the env file is not left behind unread.
+    from mu.plugins.shellhost.job import shipped_on_host
+
+    _cmd, setup = shipped_on_host("mu-bridge claude")
+    folder = tmp_path / "work" / "jobs" / "j1"
+    folder.mkdir(parents=True)
+    (folder / "env").write_text("SECRET=x\n")
+    (folder / "run.sh").write_text(setup + "echo never-reached\n")
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "python3").write_text("#!/bin/sh\ncat > /dev/null\nexit 1\n")
+    (shims / "python3").chmod(0o755)
+    ran = subprocess.run(["sh", "run.sh"], cwd=folder, capture_output=True, text=True, timeout=30,
+                         env=dict(os.environ, PATH=f"{shims}:/usr/bin:/bin"))
+    assert ran.returncode == 1 and "never-reached" not in ran.stdout and "mu: cannot write " in ran.stderr
+    assert (folder / "exit").read_text() == "1" and not (folder / "env").exists()
+    assert list((tmp_path / "work" / "bin").iterdir()) == []

@@ -40,78 +40,18 @@ What a caller may rely on:
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
-import sys
 import time
 from typing import Any, Dict
 
 from mu import sdk
 from mu.plugins.shellhost import remote
+from mu.plugins.shellhost.shipped import shipped_on_host
 
 JOB_DIR_VAR = "MU_DEMO_AGENT_DIR"  # where examples/mu-demo-agent keeps its turn files
 EFFECT_S = 30.0  # an effect's own bound, inside mu's MU_EFFECT_TIMEOUT_MS
 READ_S = 8.0  # inside the protocol's 10 s for a read
 START = {"lookup": True, "fenceKey": True}
-
-
-# The programs a harness's command line starts with that ship with mu
-# (mu.agents.spawn's HARNESSES): `mu-bridge <harness> ...` and
-# `mu-demo-agent`.  The job's run.sh puts the one it names on the host,
-# <work>/bin/<program>-<16 hex of its sha256>.py, and runs it with python3,
-# so a host needs only python3 (and the harness), and two versions never mix.
-PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHIPPED = {
-    "mu-bridge": (os.path.join(PACKAGE, "harness", "bridge.py"),),
-    # a script beside this plugin's own when installed, examples/ in a checkout
-    "mu-demo-agent": (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or ".")), "mu-demo-agent"),
-                      os.path.join(os.path.dirname(PACKAGE), "examples", "mu-demo-agent")),
-}
-SHIPPED_END = "MU_SHIPPED_SOURCE_ENDS_HERE"
-
-
-def _shipped_source(program: str) -> str:
-    """The text of a program mu ships, read here, never imported: a plugin
-    loads nothing of mu's runtime."""
-    for path in SHIPPED[program]:
-        try:
-            with open(path, "rb") as f:
-                return f.read().decode("utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            raise sdk.Permanent("%s beside this plugin cannot be read: %s" % (program, exc)) from None
-    raise sdk.Permanent("%s is not installed beside this plugin (looked at %s)"
-                        % (program, ", ".join(SHIPPED[program])))
-
-
-def shipped_on_host(cmd: str) -> "tuple[str, str]":
-    """(the command line that runs the shipped program `cmd` starts with
-    from the work folder, the sh lines that put it there first when it is
-    not there yet); `(cmd, "")` for a command line of no shipped program."""
-    program, _, rest = cmd.partition(" ")
-    if program not in SHIPPED:
-        return cmd, ""
-    source = _shipped_source(program)
-    if SHIPPED_END in source:
-        raise sdk.Permanent("%s's source holds the here-document marker that copies it" % program)
-    name = "%s-%s.py" % (program, hashlib.sha256(source.encode("utf-8")).hexdigest()[:16])
-    setup = "\n".join([
-        "# written by mu: %s, which this job runs, content-addressed" % program,
-        'B=$(pwd); B=${B%/jobs/*}/bin',
-        'if [ ! -f "$B/%s" ]; then' % name,
-        # a stop while it copies (tmux's hangup, a TERM) leaves no half copy behind
-        '  trap \'rm -f -- "$B/.%s.$$"; exit 143\' TERM HUP INT' % name,
-        '  mkdir -p -- "$B" && cat > "$B/.%s.$$" <<\'%s\'' % (name, SHIPPED_END),
-        source.rstrip("\n"),
-        SHIPPED_END,
-        '  mv -f -- "$B/.%s.$$" "$B/%s"' % (name, name),
-        "  trap - TERM HUP INT",
-        "fi",
-        'export MU_SHIPPED_PY="$B/%s"' % name,
-        "",
-    ])
-    return ('python3 "$MU_SHIPPED_PY" ' + rest).rstrip(), setup
 
 
 def declaration(kind: str, channel: str) -> Dict[str, Any]:

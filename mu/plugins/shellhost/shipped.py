@@ -1,0 +1,135 @@
+"""The programs a job's command line may start with that ship with mu, put
+on the host by the job's run.sh, so a host needs only python3 (and the
+harness): nothing of mu is installed there.
+
+- `mu-bridge <harness> ...` is the package mu/harness/bridge/ as one
+  zipapp: its modules under the top-level name `mu_bridge` (they import
+  one another relatively) and a `__main__.py` that runs its `main`.  The
+  zipapp is built here in memory, at most once per plugin process, from
+  the package's files read by path (a plugin imports nothing of mu's
+  runtime), deterministically: entries sorted, stored uncompressed (so no
+  zlib's version changes a byte), with fixed times and modes, so the same
+  source always gives the same bytes.  run.sh carries it base64-encoded
+  and decodes it with python3 (no `base64` program is assumed).
+- `mu-demo-agent` (examples/mu-demo-agent) is one file, carried as its text.
+
+Each lands at <work>/bin/<program>-<16 hex of its sha256>.<pyz | py>, so two
+versions never mix and one is written once; it is written under a
+temporary name and renamed, and a stop while it is written (tmux's hangup,
+a TERM) leaves no half copy behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import os
+import sys
+import zipfile
+from typing import List, Tuple
+
+from mu import sdk
+
+PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BRIDGE = os.path.join(PACKAGE, "harness", "bridge")  # the package zipped as mu-bridge
+ZIP_PACKAGE = "mu_bridge"  # its top-level name inside the zipapp
+ZIP_MAIN = b"import sys\n\nfrom mu_bridge import main\n\nsys.exit(main())\n"
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: every entry's time
+SCRIPTS = {
+    # a script beside this plugin's own when installed, examples/ in a checkout
+    "mu-demo-agent": (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or ".")), "mu-demo-agent"),
+                      os.path.join(os.path.dirname(PACKAGE), "examples", "mu-demo-agent")),
+}
+SHIPPED_END = "MU_SHIPPED_SOURCE_ENDS_HERE"
+# what decodes the zipapp on the host: the base64 lines on its stdin, the bytes on its stdout
+DECODE = "python3 -c 'import base64, sys; sys.stdout.buffer.write(base64.b64decode(sys.stdin.buffer.read()))'"
+
+
+def build_bridge_zipapp(folder: str = BRIDGE) -> bytes:
+    """The zipapp of the bridge package in `folder`: the same files give the same bytes."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+        entries: List[Tuple[str, bytes]] = [("__main__.py", ZIP_MAIN)]
+        for name in names:
+            with open(os.path.join(folder, name), "rb") as f:
+                entries.append(("%s/%s" % (ZIP_PACKAGE, name), f.read()))
+    except OSError as exc:
+        raise sdk.Permanent("mu-bridge beside this plugin cannot be read: %s" % exc) from None
+    if "__init__.py" not in names:
+        raise sdk.Permanent("mu-bridge is not installed beside this plugin (looked in %s)" % folder)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in sorted(entries):
+            info = zipfile.ZipInfo(name, ZIP_TIME)
+            info.create_system = 3  # unix, wherever it is built
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return out.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def bridge_zipapp() -> bytes:
+    """build_bridge_zipapp(), built once in this process."""
+    return build_bridge_zipapp()
+
+
+def _script(program: str) -> bytes:
+    """The text of a script mu ships, read here, never imported: a plugin
+    loads nothing of mu's runtime."""
+    for path in SCRIPTS[program]:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise sdk.Permanent("%s beside this plugin cannot be read: %s" % (program, exc)) from None
+    raise sdk.Permanent("%s is not installed beside this plugin (looked at %s)"
+                        % (program, ", ".join(SCRIPTS[program])))
+
+
+def shipped_on_host(cmd: str) -> "tuple[str, str]":
+    """(the command line that runs the shipped program `cmd` starts with
+    from the work folder, the sh lines that put it there first when it is
+    not there yet); `(cmd, "")` for a command line of no shipped program."""
+    program, _, rest = cmd.partition(" ")
+    if program == "mu-bridge":
+        data = bridge_zipapp()
+        name = "%s-%s.pyz" % (program, hashlib.sha256(data).hexdigest()[:16])
+        text = base64.encodebytes(data).decode("ascii")  # lines of 76: no line is the marker
+        writer = DECODE
+    elif program in SCRIPTS:
+        data = _script(program)
+        name = "%s-%s.py" % (program, hashlib.sha256(data).hexdigest()[:16])
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise sdk.Permanent("%s beside this plugin is not UTF-8: %s" % (program, exc)) from None
+        if SHIPPED_END in text:
+            raise sdk.Permanent("%s's source holds the here-document marker that copies it" % program)
+        writer = "cat"
+    else:
+        return cmd, ""
+    temp = '"$B/.%s.$$"' % name
+    setup = "\n".join([
+        "# written by mu: %s, which this job runs, content-addressed" % program,
+        'B=$(pwd); B=${B%/jobs/*}/bin',
+        'if [ ! -f "$B/%s" ]; then' % name,
+        # a stop while it is written (tmux's hangup, a TERM) leaves no half copy behind
+        "  trap 'rm -f -- %s; exit 143' TERM HUP INT" % temp,
+        # one that cannot be written (no python3 to decode it, a full disk) ends the job as a
+        # command that fails does (run.sh's `exit`), its env file removed unread
+        "  mkdir -p -- \"$B\" && %s > %s <<'%s' || { rm -f -- %s env; echo \"mu: cannot write $B/%s\" >&2;"
+        " printf 1 > .exit && mv -f -- .exit exit; exit 1; }" % (writer, temp, SHIPPED_END, temp, name),
+        text.rstrip("\n"),
+        SHIPPED_END,
+        '  mv -f -- %s "$B/%s"' % (temp, name),
+        "  trap - TERM HUP INT",
+        "fi",
+        'export MU_SHIPPED_PY="$B/%s"' % name,
+        "",
+    ])
+    return ('python3 "$MU_SHIPPED_PY" ' + rest).rstrip(), setup
+
