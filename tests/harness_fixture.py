@@ -30,16 +30,18 @@ INSTALL = "sh tests/harnesses/install.sh"
 
 def cache_folder() -> Path:
     """Where install.sh puts this lock file's harnesses."""
-    digest = hashlib.sha256((LOCK / "package.json").read_bytes() + (LOCK / "package-lock.json").read_bytes())
+    digest = hashlib.sha256((LOCK / "package.json").read_bytes() + (LOCK / "package-lock.json").read_bytes()
+                            + (LOCK / "acp" / "package.json").read_bytes())
     base = os.environ.get("MU_HARNESS_CACHE") or "/var/cache/mu-harnesses"
     return Path(base) / digest.hexdigest()[:16]
 
 
 def harness_program(name: str) -> Path:
     """The installed harness's program, or the test fails (CI) or skips."""
-    program = cache_folder() / "node_modules" / ".bin" / name
-    if program.exists() and os.access(program, os.X_OK):
-        return program
+    for folder in (cache_folder(), cache_folder() / "acp"):  # the ACP agents' own folder (install.sh)
+        program = folder / "node_modules" / ".bin" / name
+        if program.exists() and os.access(program, os.X_OK):
+            return program
     why = f"the {name} harness is not installed at {program}: `{INSTALL}` installs it"
     if os.environ.get("CI") == "true":
         pytest.fail(why)
@@ -125,6 +127,26 @@ def pi_env(stub_model, monkeypatch, tmp_path):
         "MU_HARNESS_PI": f"{program} --provider stub --model stub-model",
         "PI_CODING_AGENT_DIR": str(folder),
         "PI_OFFLINE": "1",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stub_model
+
+
+@pytest.fixture
+def qwen_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs Qwen Code in (`qwen --acp`): the
+    stub as its OpenAI-compatible model (Chat Completions), which it
+    authenticates against by itself; HOME is the test's own."""
+    program = harness_program("qwen")
+    for name, value in {
+        "MU_HARNESS_QWEN": str(program),
+        "OPENAI_BASE_URL": stub_model.url + "/v1",
+        "OPENAI_API_KEY": "sk-stub-not-a-key",
+        "OPENAI_MODEL": "stub-model",
         "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
         "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
         "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",

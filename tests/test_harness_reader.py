@@ -26,8 +26,9 @@ from test_harness_bridge import Bridge, standalone
 
 FAKE = ROOT / "tests" / "harnesses" / "fake_harness.py"
 RECORDED = ROOT / "tests" / "harnesses" / "recorded"
-HARNESSES = ("claude", "codex", "pi")
-VARIABLES = {"claude": "MU_HARNESS_CLAUDE", "codex": "MU_HARNESS_CODEX", "pi": "MU_HARNESS_PI"}
+HARNESSES = ("claude", "codex", "pi", "acp")
+VARIABLES = {"claude": "MU_HARNESS_CLAUDE", "codex": "MU_HARNESS_CODEX", "pi": "MU_HARNESS_PI",
+             "acp": "MU_HARNESS_ACP"}
 
 # The bad lines of the end-to-end test: what broke the reader before.
 BAD = b"\n".join([
@@ -133,7 +134,11 @@ TURN_SIGNALS = {"result", "command_lifecycle", "turn/started", "turn/completed",
 
 
 def _turn_signal(event) -> bool:
-    return event.get("type") in TURN_SIGNALS or event.get("method") in TURN_SIGNALS
+    """Whether the event ends or begins a turn, or (ACP's message chunks) makes its text."""
+    update = (event.get("params") or {}).get("update") if isinstance(event.get("params"), dict) else None
+    chunk = isinstance(update, dict) and update.get("sessionUpdate") == "agent_message_chunk"
+    return event.get("type") in TURN_SIGNALS or event.get("method") in TURN_SIGNALS or chunk or \
+        "stopReason" in (event.get("result") or {})
 
 
 def recorded(name: str):
@@ -144,7 +149,7 @@ SEEDS = range(12)
 
 
 @pytest.mark.parametrize("name", HARNESSES)
-def test_the_readers_of_all_three_bridges_never_die_on_mutated_real_events(name, tmp_path, monkeypatch):
+def test_the_readers_of_every_bridge_never_die_on_mutated_real_events(name, tmp_path, monkeypatch):
     """In one process, each harness's real reader (Harness._read over a real
     pipe from the fake harness) is fed every recorded event of its harness,
     each mutated, and then the fake's good end of the turn: for each seed,
@@ -202,8 +207,8 @@ def test_a_bridge_fed_mutated_real_events_settles_each_turn_and_sees_the_exit(na
     harness printing mutated recorded events: every turn settles with the
     good end's text, and the harness's exit is seen."""
     rng = random.Random(f"bridge-{name}")
-    # not the events that end or begin a turn: a good one of those would
-    # (rightly) settle the turn with the recorded text, not the fake's
+    # not the events that end or begin a turn, or make its text: a good one
+    # of those would (rightly) settle the turn with the recorded text, not the fake's
     pool = [line for line in recorded(name) if not _turn_signal(json.loads(line))]
     lines = [mutate(line, rng, 1 << 20) for line in pool for _ in range(3)]
     bad = tmp_path / "lines"

@@ -97,7 +97,9 @@ def command_line(harness: str, own: str, role: str = "full-access", ask: bool = 
     return f"{line} --ask" if ask else line
 
 
-ASKING_HARNESSES = ("claude", "codex")  # the bridge maps --ask onto their own asking mode
+ASKING_HARNESSES = ("claude", "codex", "acp", "qwen")  # the bridge maps --ask onto their own asking mode
+ASKING = "claude, codex, qwen or an acp agent"  # the same, as a person reads it
+NAMED_BY_PROGRAM = ("acp",)  # harnesses with no program of their own: the person names it
 
 
 def can_ask(harness: str) -> bool:

@@ -102,6 +102,10 @@ HARNESSES: Dict[str, Optional[str]] = {
     "claude": "mu-bridge claude",
     "codex": "mu-bridge codex",
     "pi": "mu-bridge pi",
+    # an agent of the Agent Client Protocol: the one MU_HARNESS_ACP (or the
+    # config file's harnesses.acp.program) names, and Qwen Code's preset
+    "acp": "mu-bridge acp",
+    "qwen": "mu-bridge qwen",
 }
 
 
@@ -213,10 +217,14 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
         if not request.command.strip():
             raise UsageError("--command is empty: give the agent's command line")
         if request.ask:
-            raise UsageError("--ask needs a harness that can ask for approval (claude or codex), not a --command line")
+            raise UsageError(f"--ask needs a harness that can ask for approval ({harnesses.ASKING}), not a --command line")
         return harness, request.command, "command"
     if request.ask and not harnesses.can_ask(harness):
-        raise UsageError(f"--ask needs a harness that can ask for approval (claude or codex), not {harness}")
+        raise UsageError(f"--ask needs a harness that can ask for approval ({harnesses.ASKING}), not {harness}")
+    if harness in harnesses.NAMED_BY_PROGRAM and harnesses.program(harness) is None:
+        raise UsageError(f"the {harness} harness runs the agent you name, and none is named",
+                         f"set MU_HARNESS_{harness.upper()} or the config file's harnesses.{harness}.program"
+                         " to its command line")
     own = HARNESSES[harness]
     if own is None:
         raise UsageError(f"the {harness} harness has no command line of its own: give --command")

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """A fake harness that misbehaves on purpose: it speaks just enough of
-Claude Code's stream-json, Codex's app-server or pi's RPC mode for
-mu-bridge to drive it, and prints bad lines among its events.
+Claude Code's stream-json, Codex's app-server, pi's RPC mode or an ACP
+agent's protocol for mu-bridge to drive it, and prints bad lines among its
+events.
 
-    fake_harness.py (claude | codex | pi) [the harness's own arguments...]
+    fake_harness.py (claude | codex | pi | acp) [the harness's own arguments...]
+
+As an ACP agent, before it answers each prompt it sends the client a
+request of its own (`fake/ownExtension`) and goes on only once it is
+answered with "method not found" (-32601), as the protocol has a client
+answer what it does not serve.
 
 It answers the bridge's start as the real one does.  For each message it
 is given, it prints the bytes of the file $FAKE_HARNESS_LINES (any bytes:
@@ -142,8 +148,41 @@ def pi(message):
         then()
 
 
+ACP = {"prompt": None}  # the prompt waiting for the client's answer to the agent's own request
+
+
+def acp(message):
+    rid, method, params = message.get("id"), message.get("method"), message.get("params") or {}
+    if method is None:  # the client's answer to our own request
+        if rid == "fake-own" and ACP["prompt"] is not None:
+            prompt_id, text = ACP["prompt"]
+            ACP["prompt"] = None
+            if (message.get("error") or {}).get("code") != -32601:
+                out({"jsonrpc": "2.0", "id": prompt_id, "error": {"code": -32000, "message": "not answered -32601"}})
+                return
+            bad_lines()
+            out({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {
+                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "FAKE: " + text}}}})
+            out({"jsonrpc": "2.0", "id": prompt_id, "result": {"stopReason": "end_turn"}})
+            then()
+        return
+    if method == "initialize":
+        out({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+    elif method == "session/new":
+        out({"jsonrpc": "2.0", "id": rid, "result": {"sessionId": "fake-session"}})
+    elif method == "session/prompt":
+        text = (params.get("prompt") or [{}])[0].get("text") or ""
+        maybe_exit(text)
+        if replay(str(rid)):
+            return
+        ACP["prompt"] = (rid, text)
+        out({"jsonrpc": "2.0", "id": "fake-own", "method": "fake/ownExtension", "params": {}})
+    elif rid is not None:
+        out({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "not served here"}})
+
+
 def main():
-    speak = {"claude": claude, "codex": codex, "pi": pi}[NAME]
+    speak = {"claude": claude, "codex": codex, "pi": pi, "acp": acp}[NAME]
     for raw in sys.stdin.buffer:
         try:
             message = json.loads(raw)

@@ -8,10 +8,17 @@
 # The tests look for the binaries under <cache>/<hash>/node_modules/.bin (see
 # tests/harness_fixture.py). Install scripts are skipped but one: the native
 # binaries are registry packages of their own (optional dependencies).
+#
+# The ACP agents (acp/package.json) go in <cache>/<hash>/acp without a lock
+# file: Qwen Code names platform packages of its own that the registry does
+# not serve (its clipboard helper for macOS and Windows), and `npm ci` refuses
+# a lock that lacks them.  Its JavaScript is bundled and every dependency it
+# declares is such an optional platform package, so its exact version pins
+# what runs.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${MU_HARNESS_CACHE:-/var/cache/mu-harnesses}
-hash=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-16)
+hash=$(cat "$here/package.json" "$here/package-lock.json" "$here/acp/package.json" | sha256sum | cut -c1-16)
 dest="$cache/$hash"
 if [ -f "$dest/.installed" ]; then
     echo "$dest"
@@ -29,6 +36,9 @@ cp "$here/package.json" "$here/package-lock.json" "$tmp/"
 # Claude Code's own install step only puts its platform binary (an optional
 # dependency, already here) in place of its bin stub; it fetches nothing.
 (cd "$tmp/node_modules/@anthropic-ai/claude-code" && node install.cjs >&2)
+mkdir "$tmp/acp"
+cp "$here/acp/package.json" "$tmp/acp/"
+(cd "$tmp/acp" && npm install --ignore-scripts --no-package-lock --no-audit --no-fund --loglevel=error >&2)
 touch "$tmp/.installed"
 rm -rf "$dest"
 mv "$tmp" "$dest"

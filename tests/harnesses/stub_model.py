@@ -1,5 +1,6 @@
 """A model server of the tests' own on 127.0.0.1: the Anthropic Messages API
-(Claude Code), the OpenAI Responses API (Codex) and Chat Completions (pi).
+(Claude Code), the OpenAI Responses API (Codex) and Chat Completions (pi,
+Qwen Code).
 
 The harness tests point a real coding agent at it (Claude Code with
 ANTHROPIC_BASE_URL), so that a turn, a tool call, a permission request and
@@ -68,6 +69,16 @@ def _newest(content: Any) -> str:
     and the one after it into one message, and only the newest counts."""
     texts = _texts(content)
     return texts[-1] if texts else ""
+
+
+SHELL_TOOLS = ("bash", "run_shell_command")  # pi's shell tool, Qwen Code's
+
+
+def _shell_tool(body: Dict[str, Any]) -> str:
+    """The name of the shell tool a Chat Completions request offers (the
+    agents name it differently), `bash` when it offers none of them."""
+    offered = {(t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    return next((name for name in SHELL_TOOLS if name in offered), SHELL_TOOLS[0])
 
 
 def _is_tool_result(content: Any) -> bool:
@@ -233,10 +244,11 @@ class StubModel:
         if last.get("role") == "tool":
             started = "STUB_BACKGROUND" in text
             return self._complete(handler, "STUB: started in the background" if started else "STUB: tool done")
+        shell = _shell_tool(body)
         if "STUB_BACKGROUND" in text:
-            return self._complete(handler, None, call=("bash", {"command": "(%s) > /dev/null 2>&1 &" % BACKGROUND_COMMAND}))
+            return self._complete(handler, None, call=(shell, {"command": "(%s) > /dev/null 2>&1 &" % BACKGROUND_COMMAND}))
         if "STUB_TOOL" in text:
-            return self._complete(handler, None, call=("bash", {"command": TOOL_COMMAND}))
+            return self._complete(handler, None, call=(shell, {"command": TOOL_COMMAND}))
         if "STUB_SLOW" in text:
             return self._complete(handler, "STUB: slow done", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")

@@ -1,6 +1,6 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex | pi) [--dir <folder>] [--program <command line>] [--role <role>] [--ask]
+Usage: mu-bridge (claude | codex | pi | acp | qwen) [--dir <folder>] [--program <command line>] [--role <role>] [--ask]
                   [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
@@ -14,10 +14,13 @@ pending question with the `mu answer` that resolves it, each settle.
 Claude Code runs as `claude -p --input-format stream-json --output-format
 stream-json --verbose --permission-prompt-tool stdio --session-id <id>`
 (`--resume <id>` once the session has a transcript); Codex as `codex
-app-server` (JSON-RPC: a thread, a turn per message).  The program is
---program, else $MU_HARNESS_CLAUDE or $MU_HARNESS_CODEX, else `claude` or
-`codex` on PATH; a command line (split as sh would split it), so it can
-carry flags of its own.  Extra args after `--` follow the harness's own.
+app-server` (JSON-RPC: a thread, a turn per message); pi as `pi --mode
+rpc`; an agent of the Agent Client Protocol (acp: the one --program or
+$MU_HARNESS_ACP names; qwen: `qwen --acp`) with a session and a
+`session/prompt` per message.  The program is --program, else
+$MU_HARNESS_<NAME>, else the harness's program on PATH (acp has none: it
+is refused, exit 2, without one); a command line (split as sh would
+split it), so it can carry flags of its own.  Extra args after `--` follow the harness's own.
 
 What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
 
@@ -78,7 +81,7 @@ The package: common.py (constants, BridgeError, the shared helpers, the
 skill), turnfiles.py (the turn files' reads and atomic writes), harness.py
 (the Harness base every harness extends, and the events it reports),
 loop.py (the Bridge, `main`, and HARNESSES: the harnesses by name), and
-one module per harness (claude.py, codex.py, pi.py).  A new harness is a
+one module per harness (claude.py, codex.py, pi.py, acp.py).  A new harness is a
 module with a Harness subclass, and its line in loop.HARNESSES.
 """
 

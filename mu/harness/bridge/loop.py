@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 
+from .acp import Acp, Qwen
 from .claude import Claude
 from .codex import Codex
 from .common import (
@@ -43,7 +44,7 @@ from .turnfiles import TurnFiles
 
 # The harnesses, by the name mu-bridge's first argument gives: a new harness
 # is its module and its line here.
-HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi}
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen}
 USAGE = ("usage: mu-bridge (%s) [--dir <folder>] [--program <command line>] [--role <role>]"
          " [--ask] [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]" % " | ".join(HARNESSES))
 
@@ -352,31 +353,42 @@ class Bridge:
         with the exit as its error when the harness had its message (the
         receipt: its transcript holds the key); when it never had it (it died
         with the message still in its pipe), the message is given again, so
-        a harness's crash loses no message and none is given twice."""
+        a harness's crash loses no message and none is given twice.  A
+        harness whose receipt comes only with its resume (an ACP agent's
+        session/load replays the history) is asked again once resumed."""
         say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
         self.request = None
         session = self.record["session"]
         turn = self.record.get("turn")
-        again = turn is not None and bool(turn["msgIds"]) and \
-            not self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
-        if turn is not None and not again:
+        if turn is not None and (not turn["msgIds"] or self._had_it(session)):
+            # its own turn ends with it; a receipt in its own files answers now
             self.settle(turn, error="the harness exited (%s)" % code)
         self.restarts += 1
         if self.restarts > RESTARTS:
             raise BridgeError("%s keeps exiting; giving up after %d restarts" % (self.harness.name, RESTARTS))
+        resumed = True
         try:
             self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
             self.restart_elsewhere("the session could not be resumed")
             self.launch(None, False)
+            resumed = False
+        if resumed and self._had_it(session):  # one the resumed harness gives (an ACP agent's replay)
+            self.settle(self.record["turn"], error="the harness exited (%s)" % code)
         turn = self.record.get("turn")
-        if again and turn is not None:
+        if turn is not None:  # it never had the message: given again, once
             say("mu-bridge: turn %d.%d is given again: %s never had it" % (
                 self.record["incarnation"], turn["n"], self.harness.name))
             turn["open"] = [message_uuid(turn["msgIds"][0])]
             self.give(turn["msgIds"][0], turn["text"])
         self.save()
+
+    def _had_it(self, session):
+        """Whether the harness had the open turn's first message (its receipt)."""
+        turn = self.record.get("turn")
+        return turn is not None and bool(turn["msgIds"]) and \
+            self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
 
     # -- the settle ------------------------------------------------------------------
 
@@ -470,6 +482,10 @@ def main(argv=None):
         return 2
     if not folder:
         sys.stderr.write("mu-bridge: no folder: give --dir or set %s\n%s\n" % (DIR_VAR, USAGE))
+        return 2
+    if not program and not kind.default:
+        sys.stderr.write("mu-bridge: the %s harness runs the agent you name: give --program or set %s\n"
+                         % (harness, kind.variable))
         return 2
     try:
         command = shlex.split(program)

@@ -1,0 +1,186 @@
+"""Agents of the Agent Client Protocol under mu, end to end: the real Qwen
+Code (`qwen --acp`, tests/harnesses, pinned) behind `mu-bridge qwen` and
+the generic `mu-bridge acp`, on the local provider, against the tests' own
+stub model (Chat Completions), with the helpers of
+tests/test_harness_claude.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import harness_fixture
+import test_harness_claude as claude_tests
+from conftest import wait_for
+from test_harness_bridge import Bridge
+
+qwen_env, stub_model = harness_fixture.qwen_env, harness_fixture.stub_model  # the fixtures
+git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
+run_mu = claude_tests.run_mu
+
+
+@claude_tests.pytest.fixture
+def box(qwen_env, tmp_path, monkeypatch):
+    yield from claude_tests.box.__wrapped__(qwen_env, tmp_path, monkeypatch)
+
+
+def seen_chat(stub, word: str) -> int:
+    """How many user messages holding `word` the newest Chat Completions request carried."""
+    last = [r for r in stub.requests if r["path"].split("?")[0].endswith("/chat/completions")]
+    return sum(1 for m in (last[-1]["body"].get("messages") if last else []) or []
+               if m.get("role") == "user" and word in json.dumps(m.get("content")))
+
+
+def at_the_model(stub, text: str) -> int:
+    """How many times `text` is a user's message in the conversations the
+    model was sent (the most in any one request): once when the agent got
+    it once, whatever the agent adds around it (Qwen Code joins an
+    unanswered message and the next into one user message)."""
+    most = 0
+    for r in stub.requests:
+        blocks = [b for m in r["body"].get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"
+                  for b in (m.get("content") if isinstance(m.get("content"), list) else [m.get("content")])]
+        most = max(most, sum(1 for b in blocks if (b.get("text") if isinstance(b, dict) else b) == text))
+    return most
+
+
+def test_qwen_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, qwen_env):
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--worktree", "--send", "hello qwen")
+    assert settled()["lastText"] == "STUB: hello qwen"
+    assert at_the_model(qwen_env, "hello qwen") == 1  # the prompt reached the model once
+
+    mu("send", "w/a", "and a second one")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: and a second one")
+
+    mu("send", "w/a", "please STUB_TOOL")  # full-access: Qwen's yolo mode, nothing is asked
+    waited = settled("2")
+    assert (waited["runs"], waited["lastText"]) == (3, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+
+    # an interrupt (session/cancel) settles the slow turn with its reason; its text is the next turn
+    mu("send", "w/a", "STUB_SLOW please")
+    wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW"), 20, "the slow turn to reach the model")
+    mu("interrupt", "w/a", "never mind, say hi")
+    waited = settled("3")
+    assert (waited["runs"], waited["lastError"]) == (4, "interrupted")
+    waited = settled("4")
+    assert (waited["runs"], waited["lastText"]) == (5, "STUB: never mind, say hi")
+
+    # a steer while a prompt runs is the next prompt, in the same turn
+    qwen_env.slow_s = 1.5
+    mu("send", "w/a", "STUB_SLOW then a steer")
+    wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW then a steer"), 20, "the slow turn")
+    mu("send", "w/a", "and this too", "--steer")
+    waited = settled("5")
+    assert (waited["runs"], waited["lastText"]) == (6, "STUB: and this too")
+    assert at_the_model(qwen_env, "and this too") == 1
+
+    mu("send", "w/a", "start over", "--fresh")
+    # `--after 0` is the first settle after run 0 of the incarnation the wait finds: the new one, once taken
+    wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
+    waited = settled("0")
+    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
+    assert seen_chat(qwen_env, "hello qwen") == 0  # a new session: none of the old conversation
+    read = mu("agent", "read", "w/a", "-n", "60").stdout
+    assert "qwen: STUB: hello qwen" in read and "tool " in read
+    assert "sk-stub-not-a-key" not in read
+    mu("agent", "close", "w/a")
+
+
+def test_qwen_under_ask_blocks_on_its_permission_with_the_options_as_keys(box, qwen_env):
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--worktree", "--ask", "--send", "hi")
+    assert settled()["lastText"] == "STUB: hi"
+    mu("send", "w/a", "please STUB_TOOL")
+    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
+    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
+    event = json.loads(out.stdout)
+    assert event["event"] == "blocked"
+    asked = state_of("w/a")["reason"]
+    assert asked.startswith("qwen asks: allow printf") and "git commit" in asked, asked  # what it would run
+    assert asked.endswith("(mu answer w/a proceed_always_project | proceed_always_user | proceed_once | cancel)")
+    mu("answer", "w/a", "proceed_once")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+    mu("agent", "close", "w/a")
+
+
+def test_the_generic_acp_harness_runs_the_agent_it_is_given(box, qwen_env, monkeypatch):
+    monkeypatch.setenv("MU_HARNESS_ACP", "%s --acp" % harness_fixture.harness_program("qwen"))
+    mu("agent", "spawn", "w/g", "--host", "box", "--harness", "acp", "--send", "hello acp")
+    out = json.loads(mu("wait", "w/g", "--timeout", "30", "--json").stdout)
+    assert out["observation"]["lastText"] == "STUB: hello acp"
+    mu("agent", "close", "w/g")
+
+
+def test_the_generic_acp_harness_without_a_program_is_refused_before_anything_is_written(box, qwen_env,
+                                                                                          monkeypatch):
+    monkeypatch.delenv("MU_HARNESS_ACP", raising=False)
+    out = run_mu("agent", "spawn", "w/g", "--host", "box", "--harness", "acp", "--send", "hi")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines()[0] == "mu: the acp harness runs the agent you name, and none is named"
+    assert json.loads(mu("agent", "list", "--json").stdout) == []
+    assert not qwen_env.requests
+
+
+def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by_the_replay(qwen_env, tmp_path):
+    """ACP has no message id: the bridge keeps the receipt, a mark of how
+    many user messages the session held before the message, and the
+    session's replay on `session/load` says whether the agent had it.
+    Killed with the message unread in its pipe, the agent is given it again
+    once on the loaded session; killed once it has it, mid-turn, the turn
+    settles with the exit and is not given again; the bridge killed at each
+    of its steps gives each message once."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "qwen")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "first")
+        bridge.wait_runs(1)
+        session = bridge.turn()["session"]
+        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
+        for process in tree:
+            process.suspend()
+        bridge.deliver("m-2", "second while stopped")
+        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
+        for process in reversed(tree):
+            process.kill()
+        turn = bridge.wait_runs(2)
+        assert (turn["lastText"], turn["incarnation"], turn["session"]) == (
+            "STUB: second while stopped", 1, session), turn
+        assert "lastError" not in turn
+        assert at_the_model(qwen_env, "second while stopped") == 1
+        assert at_the_model(qwen_env, "first") == 1  # the session was loaded, and holds it once
+
+        bridge.deliver("m-3", "STUB_SLOW third")
+        wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW third"), 20, "the slow turn at the model")
+        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
+            process.kill()
+        turn = bridge.wait_runs(3)
+        assert turn["lastError"].startswith("the harness exited ("), turn
+        bridge.deliver("m-4", "fourth")
+        turn = bridge.wait_runs(4)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 1)
+        assert at_the_model(qwen_env, "STUB_SLOW third") == 1
+
+        for n, point in enumerate(("bridge-recorded", "bridge-taken", "bridge-given"), start=5):
+            bridge.stop()
+            bridge.start(MU_CRASH_AT=point)
+            bridge.deliver(f"m-{n}", f"message {n}")
+            assert bridge.proc.wait(30) == -signal.SIGKILL, point
+            bridge.start(wait=False)
+            turn = bridge.wait_runs(n)
+            assert turn["incarnation"] == 1, (point, turn)
+            if turn.get("lastError"):  # it had the message when the bridge died: not given twice
+                assert turn["lastError"] == "the bridge restarted during the turn", (point, turn)
+            else:
+                assert turn["lastText"] == f"STUB: message {n}", (point, turn)
+            assert at_the_model(qwen_env, f"message {n}") == 1, point
+        assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 8))
+    finally:
+        bridge.stop()
