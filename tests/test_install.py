@@ -134,4 +134,4 @@ def test_the_installed_ssh_plugin_finds_the_programs_it_puts_on_a_host(installed
     assert done.returncode == 0, done.stderr
     lines = [line.split() for line in done.stdout.splitlines()]
     assert [cmd for cmd, _ in lines] == ['"$MU_SHIPPED_PY"'] * 2
-    assert all(int(size) > 1000 for _, size in lines)  # each program's whole text travels in the run.sh
+    assert all(int(size) > 1000 for _, size in lines)  # the zipapp's whole text travels in the run.sh

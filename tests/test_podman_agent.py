@@ -8,6 +8,7 @@ runs; each test acquires its own container and leaves none behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ import pytest
 from conftest import ROOT, run_mu
 from podman_fixture import podman_engine  # noqa: F401  (the fixture)
 from test_site import git, make_checkout
+
+from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 DEMO = ROOT / "examples" / "mu-demo-agent"
 BOUND_S = 60  # only a failure waits this long
@@ -79,8 +82,9 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     start = git("rev-parse", "HEAD", cwd=checkout)
     spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "demo")
     assert spawned.returncode == 0, spawned.stderr
-    shipped = engine.podman("exec", name, "sh", "-c", "cat /mu/bin/mu-demo-agent-*.py").stdout
-    assert shipped == DEMO.read_text()  # the demo harness travels in the job's run.sh
+    shipped = engine.podman("exec", name, "sh", "-c", "sha256sum /mu/bin/mu-bridge-*.pyz").stdout.split()[0]
+    # the demo harness travels in the job's run.sh, in mu-bridge's zipapp
+    assert shipped == hashlib.sha256(build_bridge_zipapp()).hexdigest()
     one = shown("w/a")
     assert (one["host"], one["liveness"], one["turn"], one["runs"]) == ("box", "alive", "idle", 0)
     view = " ".join(psutil.Process(one["pane"]["pid"]).cmdline())
@@ -152,7 +156,7 @@ def test_a_deadline_that_passes_takes_the_container_after_the_final_collect(regi
     [name] = engine.containers()
     begun = time.monotonic()
     early = {"MU_HOST_DEADLINE_MARGIN_MS": "1000"}  # outside the margin: the spawn is admitted
-    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", f"python3 {DEMO}", env=early)
+    spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "demo", env=early)
     assert spawned.returncode == 0, spawned.stderr
     made = mu("host", "exec", "box", "--cwd", ".mu/trees/w/a", "--",
               "git -c user.name=a -c user.email=a@b.invalid commit -q --allow-empty -m 'work before the deadline'")

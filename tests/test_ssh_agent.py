@@ -21,6 +21,8 @@ from conftest import ROOT, run_mu
 from ssh_fixture import sshd  # noqa: F401  (the fixture)
 from test_site import git, make_checkout
 
+from mu.plugins.shellhost.shipped import build_bridge_zipapp
+
 DEMO = ROOT / "examples" / "mu-demo-agent"
 BOUND_S = 60  # only a failure waits this long
 
@@ -58,8 +60,8 @@ def test_the_whole_agent_path_over_ssh(sshd, checkout, monkeypatch):  # noqa: F8
 
     spawned = mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "demo")
     assert spawned.returncode == 0, spawned.stderr
-    (shipped,) = (sshd.work / "bin").iterdir()  # content-addressed: mu's own demo agent, byte for byte
-    assert shipped.name.startswith("mu-demo-agent-") and shipped.read_bytes() == DEMO.read_bytes()
+    (shipped,) = (sshd.work / "bin").iterdir()  # content-addressed: mu's own demo agent, in mu-bridge's zipapp
+    assert shipped.name.startswith("mu-bridge-") and shipped.read_bytes() == build_bridge_zipapp()
     one = shown("w/a")
     assert (one["host"], one["liveness"], one["turn"], one["runs"]) == ("box", "alive", "idle", 0)
     first_view = one["pane"]["pid"]

@@ -210,13 +210,13 @@ def test_attach_opens_a_new_view_and_closing_it_leaves_the_job(jobs):
     assert out.returncode == 5 and "no started job" in out.stderr
 
 
-@pytest.mark.parametrize("program, writer", [("mu-demo-agent", "cat"), ("mu-bridge claude", "python3")])
-def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path, program, writer):
-    # The lines that put the program on the host, run by a real sh in a
-    # job's folder, with the program that writes it (`cat` for the demo
-    # agent's text, `python3` decoding the bridge's zipapp) writing a little
-    # and then hanging; the hangup tmux sends when a session is killed
-    # reaches the copy there.
+@pytest.mark.parametrize("program", ["mu-demo-agent", "mu-bridge claude"])
+def test_a_stop_while_the_shipped_program_is_copied_leaves_no_half_copy(tmp_path, program):
+    # The lines that put the program on the host (the bridge's zipapp, which
+    # holds the demo agent too), run by a real sh in a job's folder, with
+    # the `python3` that decodes it writing a little and then hanging; the
+    # hangup tmux sends when a session is killed reaches the copy there.
+    writer = "python3"
     from mu.plugins.shellhost.job import shipped_on_host
 
     _cmd, setup = shipped_on_host(program)

@@ -80,11 +80,28 @@ zipapp mu's SSH and podman plugins put on a host that has only python3
 The package: common.py (constants, BridgeError, the shared helpers, the
 skill), turnfiles.py (the turn files' reads and atomic writes), harness.py
 (the Harness base every harness extends, and the events it reports),
-loop.py (the Bridge, `main`, and HARNESSES: the harnesses by name), and
-one module per harness (claude.py, codex.py, pi.py, acp.py).  A new harness is a
+loop.py (the Bridge, `main`, and HARNESSES: the harnesses by name),
+one module per harness (claude.py, codex.py, pi.py, acp.py), and demo.py,
+the demo agent (`mu-bridge demo`: examples/mu-demo-agent runs it), which
+keeps its turn files with the same turnfiles.py.  A new harness is a
 module with a Harness subclass, and its line in loop.HARNESSES.
 """
 
-from .loop import main
+import sys
+
+
+def main(argv=None):
+    """mu-bridge's command line: `demo` runs the demo agent (demo.py), any
+    other first argument a harness (loop.py).  Each is imported only when
+    it runs, so the demo agent starts without the harnesses' modules."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["demo"]:
+        from .demo import main as demo
+
+        return demo(args[1:])
+    from .loop import main as bridge
+
+    return bridge(args)
+
 
 __all__ = ["main"]

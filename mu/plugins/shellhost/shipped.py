@@ -11,9 +11,11 @@ harness): nothing of mu is installed there.
   zlib's version changes a byte), with fixed times and modes, so the same
   source always gives the same bytes.  run.sh carries it base64-encoded
   and decodes it with python3 (no `base64` program is assumed).
-- `mu-demo-agent` (examples/mu-demo-agent) is one file, carried as its text.
+- `mu-demo-agent ...` (examples/mu-demo-agent) runs the demo agent, which
+  is the package's demo.py: it travels in the same zipapp and runs as
+  `mu-bridge demo ...`.
 
-Each lands at <work>/bin/<program>-<16 hex of its sha256>.<pyz | py>, so two
+The zipapp lands at <work>/bin/mu-bridge-<16 hex of its sha256>.pyz, so two
 versions never mix and one is written once; it is written under a
 temporary name and renamed, and a stop while it is written (tmux's hangup,
 a TERM) leaves no half copy behind.
@@ -26,7 +28,6 @@ import functools
 import hashlib
 import io
 import os
-import sys
 import zipfile
 from typing import List, Tuple
 
@@ -37,11 +38,8 @@ BRIDGE = os.path.join(PACKAGE, "harness", "bridge")  # the package zipped as mu-
 ZIP_PACKAGE = "mu_bridge"  # its top-level name inside the zipapp
 ZIP_MAIN = b"import sys\n\nfrom mu_bridge import main\n\nsys.exit(main())\n"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: every entry's time
-SCRIPTS = {
-    # a script beside this plugin's own when installed, examples/ in a checkout
-    "mu-demo-agent": (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0] or ".")), "mu-demo-agent"),
-                      os.path.join(os.path.dirname(PACKAGE), "examples", "mu-demo-agent")),
-}
+# the shipped programs, and what each runs of the zipapp's mu-bridge
+PROGRAMS = {"mu-bridge": "", "mu-demo-agent": "demo "}
 SHIPPED_END = "MU_SHIPPED_SOURCE_ENDS_HERE"
 # what decodes the zipapp on the host: the base64 lines on its stdin, the bytes on its stdout
 DECODE = "python3 -c 'import base64, sys; sys.stdout.buffer.write(base64.b64decode(sys.stdin.buffer.read()))'"
@@ -75,46 +73,20 @@ def bridge_zipapp() -> bytes:
     return build_bridge_zipapp()
 
 
-def _script(program: str) -> bytes:
-    """The text of a script mu ships, read here, never imported: a plugin
-    loads nothing of mu's runtime."""
-    for path in SCRIPTS[program]:
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise sdk.Permanent("%s beside this plugin cannot be read: %s" % (program, exc)) from None
-    raise sdk.Permanent("%s is not installed beside this plugin (looked at %s)"
-                        % (program, ", ".join(SCRIPTS[program])))
-
-
 def shipped_on_host(cmd: str) -> "tuple[str, str]":
     """(the command line that runs the shipped program `cmd` starts with
     from the work folder, the sh lines that put it there first when it is
     not there yet); `(cmd, "")` for a command line of no shipped program."""
     program, _, rest = cmd.partition(" ")
-    if program == "mu-bridge":
-        data = bridge_zipapp()
-        name = "%s-%s.pyz" % (program, hashlib.sha256(data).hexdigest()[:16])
-        text = base64.encodebytes(data).decode("ascii")  # lines of 76: no line is the marker
-        writer = DECODE
-    elif program in SCRIPTS:
-        data = _script(program)
-        name = "%s-%s.py" % (program, hashlib.sha256(data).hexdigest()[:16])
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise sdk.Permanent("%s beside this plugin is not UTF-8: %s" % (program, exc)) from None
-        if SHIPPED_END in text:
-            raise sdk.Permanent("%s's source holds the here-document marker that copies it" % program)
-        writer = "cat"
-    else:
+    if program not in PROGRAMS:
         return cmd, ""
+    data = bridge_zipapp()
+    name = "mu-bridge-%s.pyz" % hashlib.sha256(data).hexdigest()[:16]
+    text = base64.encodebytes(data).decode("ascii")  # lines of 76: no line is the marker
+    rest = PROGRAMS[program] + rest
     temp = '"$B/.%s.$$"' % name
     setup = "\n".join([
-        "# written by mu: %s, which this job runs, content-addressed" % program,
+        "# written by mu: %s, which this job runs, content-addressed" % name,
         'B=$(pwd); B=${B%/jobs/*}/bin',
         'if [ ! -f "$B/%s" ]; then' % name,
         # a stop while it is written (tmux's hangup, a TERM) leaves no half copy behind
@@ -122,7 +94,7 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
         # one that cannot be written (no python3 to decode it, a full disk) ends the job as a
         # command that fails does (run.sh's `exit`), its env file removed unread
         "  mkdir -p -- \"$B\" && %s > %s <<'%s' || { rm -f -- %s env; echo \"mu: cannot write $B/%s\" >&2;"
-        " printf 1 > .exit && mv -f -- .exit exit; exit 1; }" % (writer, temp, SHIPPED_END, temp, name),
+        " printf 1 > .exit && mv -f -- .exit exit; exit 1; }" % (DECODE, temp, SHIPPED_END, temp, name),
         text.rstrip("\n"),
         SHIPPED_END,
         '  mv -f -- %s "$B/%s"' % (temp, name),
