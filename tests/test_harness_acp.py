@@ -1,8 +1,8 @@
 """Agents of the Agent Client Protocol under mu, end to end: the real Qwen
 Code (`qwen --acp`, tests/harnesses, pinned) behind `mu-bridge qwen` and
-the generic `mu-bridge acp`, on the local provider, against the tests' own
-stub model (Chat Completions), with the helpers of
-tests/test_harness_claude.py.
+the generic `mu-bridge acp`, on the local provider and on an SSH host (the
+suite's sshd), against the tests' own stub model (Chat Completions), with
+the helpers of tests/test_harness_claude.py.
 """
 
 from __future__ import annotations
@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 
 import harness_fixture
 import test_harness_claude as claude_tests
 from conftest import wait_for
+from harnesses.stub_model import StubModel
+from ssh_fixture import sshd  # noqa: F401  (the fixture)
 from test_harness_bridge import Bridge
+from test_site import make_checkout
+
+from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 qwen_env, stub_model = harness_fixture.qwen_env, harness_fixture.stub_model  # the fixtures
 git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
@@ -182,5 +188,121 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
                 assert turn["lastText"] == f"STUB: message {n}", (point, turn)
             assert at_the_model(qwen_env, f"message {n}") == 1, point
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 8))
+    finally:
+        bridge.stop()
+
+
+# -- mu itself killed at each step of a send, on an agent mu spawned --------------
+
+POINTS = ("intent-written", "request-written", "reply-read")
+
+
+def test_mu_killed_at_each_step_of_a_send_gives_qwen_each_message_once(box, qwen_env, tmp_path):
+    """SIGKILL of mu between the intent and the call, with the request on
+    the wire, and after the call before the record: `mu agent check`
+    resolves each (accepted), and each message reaches the model once."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--send", "first")
+    assert settled()["lastText"] == "STUB: first"
+    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
+    for runs, point in enumerate(POINTS, start=1):
+        text = f"sent through a crash at {point}"
+        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
+        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
+        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
+        try:
+            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
+        finally:
+            conn.close()
+        checked = mu("agent", "check", "w/a", msg_id)
+        assert f"{msg_id} to w/a: accepted" in checked.stdout
+        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
+        assert at_the_model(qwen_env, text) == 1, point
+        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
+    assert at_the_model(qwen_env, "first") == 1
+    mu("agent", "close", "w/a")
+
+
+# -- an ACP agent on an SSH host -------------------------------------------------------
+
+
+@claude_tests.pytest.fixture
+def remote_stub(sshd):  # noqa: F811
+    near = sshd.address.rsplit(".", 1)[0] + ".1" if sshd.outer is not None else "127.0.0.1"
+    stub = StubModel(near).start()
+    yield stub
+    stub.stop()
+
+
+def test_qwen_over_ssh_runs_behind_the_bridge_mu_puts_on_the_host(sshd, remote_stub, tmp_path, monkeypatch):  # noqa: F811
+    """mu-plugin-ssh puts the bridge's zipapp on the host (which has no mu)
+    and runs the real Qwen Code there behind `mu-bridge qwen`: a turn, a
+    permission under --ask answered with one of its options, the tool's
+    commit collected, nothing left on the host at close, and the key given
+    with --env nowhere in mu's state."""
+    make_checkout(tmp_path, monkeypatch)
+    monkeypatch.setenv("MU_PANES", "headless")
+    monkeypatch.setenv("MU_HARNESS_QWEN", str(harness_fixture.harness_program("qwen")))
+    mu("plugin", "add", "ssh", "--", *sshd.plugin_argv())
+    mu("host", "add", "box", "--plugin", "ssh")
+    mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--harness", "qwen", "--ask",
+       "--env", f"OPENAI_BASE_URL={remote_stub.url}/v1", "--env", "OPENAI_API_KEY=sk-stub-not-a-key",
+       "--env", "OPENAI_MODEL=stub-model",
+       *[f"--env=GIT_{who}_{what}={value}" for who in ("AUTHOR", "COMMITTER")
+         for what, value in (("NAME", "mu test"), ("EMAIL", "mu@example.invalid"))],
+       "--send", "hello over ssh")
+    out = run_mu("wait", "w/a", "--timeout", "60", "--json", timeout=90)
+    assert out.returncode == 0, (out.stderr, run_mu("agent", "read", "w/a").stdout)
+    assert json.loads(out.stdout)["observation"]["lastText"] == "STUB: hello over ssh"
+    bridges = sorted(p.name for p in (sshd.work / "bin").iterdir())
+    assert len(bridges) == 1 and (sshd.work / "bin" / bridges[0]).read_bytes() == build_bridge_zipapp()
+
+    mu("send", "w/a", "please STUB_TOOL")
+    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "60", "--json", timeout=90)
+    assert out.returncode == 6, out.stdout + out.stderr  # blocked on its permission, over the link
+    assert state_of("w/a")["reason"].endswith("| proceed_once | cancel)")
+    mu("answer", "w/a", "proceed_once")
+    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "60", "--json", timeout=90)
+    assert json.loads(out.stdout)["observation"]["lastText"] == "STUB: tool done", out.stderr
+    mu("agent", "close", "w/a")  # its final collect brings the tool's commit back
+    assert git("log", "-1", "--format=%s", "mu/w/a", cwd=tmp_path / "checkout") == "stub: a note"
+    assert sshd.remote_processes("MU_AGENT", "w/a") == {}
+    holding = [str(p) for p in (tmp_path / "state").rglob("*") if p.is_file() and b"sk-stub-not-a-key" in p.read_bytes()]
+    assert holding == []
+
+
+# -- an ACP agent that resumes without replaying (the fake, tests/harnesses) ----------
+
+FAKE = harness_fixture.ROOT / "tests" / "harnesses" / "fake_harness.py"
+
+
+def test_an_acp_agent_resumed_without_a_replay_never_gets_a_message_twice(tmp_path, monkeypatch):
+    """An agent that declares `session/resume` and no `loadSession` is
+    resumed on its session after it dies, but replays nothing: whether it
+    had the message of the turn under way cannot be known, so that turn
+    settles with the exit and the message is not given again; the next
+    message runs on the same session and incarnation."""
+    import sys
+
+    monkeypatch.setenv("MU_HARNESS_ACP", f"{sys.executable} {FAKE} acp")
+    monkeypatch.setenv("FAKE_ACP_RESUME", "1")
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "acp")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "one")
+        assert bridge.wait_runs(1)["lastText"] == "FAKE: one"
+        bridge.deliver("m-2", "hold this turn")
+        log = bridge.folder / "harness.log"
+        wait_for(lambda: "fake: prompt hold this turn" in log.read_text(), 20, "the held prompt at the agent")
+        first = bridge.harness()
+        first.kill()
+        turn = bridge.wait_runs(2)
+        assert turn["lastError"].startswith("the harness exited ("), turn
+        bridge.deliver("m-3", "three")
+        turn = bridge.wait_runs(3)
+        assert (turn["lastText"], turn["incarnation"], turn["session"]) == ("FAKE: three", 1, "fake-session"), turn
+        said = log.read_text()
+        assert said.count("fake: prompt hold this turn") == 1  # never given twice
+        assert "fake: session/resume fake-session" in said and bridge.harness().pid != first.pid
     finally:
         bridge.stop()

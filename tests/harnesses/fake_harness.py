@@ -9,7 +9,9 @@ events.
 As an ACP agent, before it answers each prompt it sends the client a
 request of its own (`fake/ownExtension`) and goes on only once it is
 answered with "method not found" (-32601), as the protocol has a client
-answer what it does not serve.
+answer what it does not serve.  It says each prompt on stderr; a prompt
+that starts with "hold" is never answered.  With $FAKE_ACP_RESUME set it
+declares `session/resume` (and no `loadSession`) and serves it.
 
 It answers the bridge's start as the real one does.  For each message it
 is given, it prints the bytes of the file $FAKE_HARNESS_LINES (any bytes:
@@ -167,12 +169,21 @@ def acp(message):
             then()
         return
     if method == "initialize":
-        out({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+        caps = {"sessionCapabilities": {"resume": {}}} if os.environ.get("FAKE_ACP_RESUME") else {}
+        out({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
     elif method == "session/new":
         out({"jsonrpc": "2.0", "id": rid, "result": {"sessionId": "fake-session"}})
+    elif method == "session/resume" and os.environ.get("FAKE_ACP_RESUME"):
+        sys.stderr.write("fake: session/resume %s\n" % params.get("sessionId"))
+        sys.stderr.flush()
+        out({"jsonrpc": "2.0", "id": rid, "result": {}})
     elif method == "session/prompt":
         text = (params.get("prompt") or [{}])[0].get("text") or ""
+        sys.stderr.write("fake: prompt %s\n" % text)
+        sys.stderr.flush()
         maybe_exit(text)
+        if text.startswith("hold"):
+            return  # a turn that never ends: the test kills the agent in it
         if replay(str(rid)):
             return
         ACP["prompt"] = (rid, text)

@@ -12,7 +12,9 @@ from .harness import Harness
 
 class Acp(Harness):
     """An agent of the Agent Client Protocol (JSON-RPC 2.0 over its stdio):
-    `initialize`, a session (`session/new`, or `session/load` to resume),
+    `initialize`, a session (`session/new`; to resume, `session/load` when
+    the agent declares `loadSession`, else `session/resume` when it
+    declares that),
     a `session/prompt` per message, settled by the prompt's answer (its
     `stopReason`); `session/update` notifications carry the agent's text
     and tool calls.  ACP gives the client no message id of its own, so the
@@ -20,7 +22,8 @@ class Acp(Harness):
     messages the session held before this one, and after a restart the
     message was delivered when the session's replay (`session/load` sends
     the history as `user_message_chunk` updates) holds its text past the
-    mark.  The client declares no `fs` and no `terminal`: the agent uses
+    mark.  After a `session/resume`, which replays nothing, the turn under
+    way settles with the exit and is never given again.  The client declares no `fs` and no `terminal`: the agent uses
     its own tools.  Requests of the agent's that the bridge does not serve
     are answered -32601.
 
@@ -48,6 +51,7 @@ class Acp(Harness):
         self.replayed = []  # the user messages' texts the agent replayed on load
         self.asked = {}  # a permission request's id -> its options
         self.text = None  # the agent's last message of the prompt under way
+        self.how = None  # how its session began: "new", "load" (the history replayed) or "resume" (not)
         self.spawn(self.program + list(self.ARGS) + self.extra)
         self.call("mu-init", "initialize", {"protocolVersion": 1, "clientInfo": {"name": "mu-bridge", "version": "1"},
                                             "clientCapabilities": {"fs": {"readTextFile": False,
@@ -77,10 +81,14 @@ class Acp(Harness):
             if error is not None:
                 return [("failed", "it refused initialize: %s" % brief(error))]
             self.caps = as_dict(result.get("agentCapabilities"))
-            if self.session and self.caps.get("loadSession"):
-                self.call("mu-session", "session/load", {"sessionId": self.session, "cwd": self.cwd, "mcpServers": []})
+            resumes = "resume" in as_dict(self.caps.get("sessionCapabilities"))
+            if self.session and (self.caps.get("loadSession") or resumes):
+                # load replays the history (the receipt reads it); resume does not
+                self.how = "load" if self.caps.get("loadSession") else "resume"
+                self.call("mu-session", "session/" + self.how,
+                          {"sessionId": self.session, "cwd": self.cwd, "mcpServers": []})
             else:
-                self.session = None
+                self.session, self.how = None, "new"
                 self.call("mu-session", "session/new", {"cwd": self.cwd, "mcpServers": []})
             return []
         if rid == "mu-session":
@@ -222,9 +230,15 @@ class Acp(Harness):
 
     def delivered(self, session, key, turn=None):
         """Whether the session's replay holds the turn's message past the
-        mark taken before the agent had it."""
+        mark taken before the agent had it.  A session resumed with
+        `session/resume` replays nothing, so whether the agent had the
+        message cannot be known: it counts as had, and the turn settles
+        with the exit, because a message given twice may do its work twice
+        where one settled with its error is the person's to send again."""
         if not turn or not isinstance(turn.get("mark"), int):
             return False
+        if self.how == "resume":
+            return True
         return (turn.get("text") or "") in self.replayed[turn["mark"]:]
 
 
