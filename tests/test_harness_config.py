@@ -37,6 +37,10 @@ def test_a_harness_program_comes_from_the_environment_then_the_file(config, monk
     assert harnesses.command_line("claude", "mu-bridge claude") == \
         "mu-bridge claude --program /usr/local/bin/claude"
     assert harnesses.command_line("demo", "mu-demo-agent") == "mu-demo-agent"  # not a bridged harness
+    # the generic ACP harness runs the agent the file names
+    config.write_text("harnesses:\n  acp:\n    program: opencode acp\n")
+    assert harnesses.program("acp") == "opencode acp"
+    assert harnesses.command_line("acp", "mu-bridge acp") == "mu-bridge acp --program 'opencode acp'"
     # a role other than full access is the bridge's to map onto the harness's settings
     assert harnesses.command_line("codex", "mu-bridge codex", "read-only").endswith("mu-bridge codex --role read-only")
     assert harnesses.command_line("demo", "mu-demo-agent", "read-only") == "mu-demo-agent"
