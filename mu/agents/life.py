@@ -80,6 +80,7 @@ class Seen(NamedTuple):
     attach: Optional[str]
     pending: Optional[str]  # the method of an open intent on the job, if any
     reconciled: str = ""  # what this read's reconcile did, "" when nothing
+    pane_unchecked: Optional[str] = None  # why the pane could not be checked (pane_alive None), if so
 
 
 def _host(name: str) -> Host:
@@ -115,13 +116,13 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
     job = jobs.find(agent.job)
     open_intent = intents.pending(f"job:{agent.job}")
     ref = pane_of(agent)
-    alive = attach = None
+    alive = attach = unchecked = None
     if ref is not None:
         backend = panes.backend_for(ref)
         try:
             alive = backend.alive(ref, Deadline.after(PANE_S))
-        except MuError:
-            alive = None
+        except MuError as exc:  # not known either way (tmux not on PATH, say): never read as gone
+            alive, unchecked = None, exc.message
         attach = backend.attach_hint(ref)
     liveness: Dict[str, Any] = {"state": "unknown", "reason": "not asked"}
     if job is None:
@@ -130,7 +131,8 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
         liveness = _ended(job)
     elif job.state == "stop-changed":
         liveness = {"state": "unknown", "reason": f"its job was started under another instance of {job.plugin}"}
-    seen = Seen(agent, job, liveness, ref, alive, attach, open_intent.method if open_intent else None)
+    seen = Seen(agent, job, liveness, ref, alive, attach, open_intent.method if open_intent else None,
+                pane_unchecked=unchecked)
     if ask and job is not None and job.state == "started":
         clients = clients or Clients()
         seen = reconcile(seen, readings.job_status(clients, hosting.of(agent, job), job), clients)
