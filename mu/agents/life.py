@@ -231,11 +231,13 @@ def tail(agent_name: str, lines: int) -> str:
 class Read(NamedTuple):
     """What `mu agent read` shows: the agent as its read (and reconcile)
     left it, the pane's last lines, and the channel's last text when the
-    agent's channel has one."""
+    agent's channel has one; `reading` is the read's reading, as the
+    reconcile left the job (what `mu agent show` reports of the turn)."""
 
     seen: Seen
     output: str
     last_text: Optional[str]
+    reading: Optional["readings.AgentReading"] = None
 
 
 def read(agent_name: str, lines: int, clients: Optional[Clients] = None) -> Read:
@@ -252,7 +254,13 @@ def read(agent_name: str, lines: int, clients: Optional[Clients] = None) -> Read
             output = panes.backend_for(seen.pane).tail(seen.pane, lines, Deadline.after(PANE_S))
         except PaneError:
             output = ""
-    return Read(seen, output, reading.last_text)
+    return Read(seen, output, reading.last_text, as_reconciled(reading, seen))
+
+
+def as_reconciled(reading: "readings.AgentReading", seen: Seen) -> "readings.AgentReading":
+    """`reading` with the job as the reconcile left it in `seen` (a job it
+    found over reads ended), so every read reports one state."""
+    return reading._replace(job=seen.job, job_status=seen.liveness, liveness=readings.liveness_of(seen.liveness))
 
 
 # -- reattach -------------------------------------------------------------------------

@@ -99,8 +99,7 @@ def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
     # job.status on a provider host or a profile alike, every agent's calls in flight together
     for a, reading in zip(names, readings.read_all(names, clients)):
         seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
-        reading = reading._replace(job=seen.job, job_status=seen.liveness,
-                                   liveness=readings.liveness_of(seen.liveness))
+        reading = life.as_reconciled(reading, seen)
         found.append(dataclasses.replace(_info(seen, reading), reconciled=seen.reconciled or None))
     return found
 
@@ -193,7 +192,9 @@ def agent_read(agent: str, lines: int = 40) -> ReadResult:
         raise UsageError(f"-n takes a whole number above 0, not {lines}")
     with _plugins_stopped():
         done = life.read(agent, lines)
-    info = dataclasses.replace(_info(done.seen), last_text=done.last_text, reconciled=done.seen.reconciled or None)
+    # the turn and the runs as `agent_show` reads them: one reading, one report
+    info = dataclasses.replace(_info(done.seen, done.reading), last_text=done.last_text,
+                               reconciled=done.seen.reconciled or None)
     return ReadResult(info, lines, done.output, done.last_text)
 
 
