@@ -27,6 +27,25 @@ _NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_REST = _NAME_FIRST | frozenset("0123456789")
 
 
+# what does not show as itself where mu prints a person's text: controls
+# (Cc), format characters (Cf: bidi overrides, zero-width spaces and
+# joiners), line and paragraph separators (Zl, Zp)
+HIDDEN_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp"))
+
+
+def hidden_character(text: str) -> Optional[str]:
+    """The first character of `text` that would not show as itself in a
+    table or a terminal (HIDDEN_CATEGORIES), as U+XXXX, or None.  One rule
+    for every short text mu shows in a row: a task's title here, and the
+    names (`mu.names`), whose ASCII rule leaves none of these in."""
+    import unicodedata
+
+    for c in text:
+        if unicodedata.category(c) in HIDDEN_CATEGORIES:
+            return "U+%04X" % ord(c)
+    return None
+
+
 def is_utf8(text: str) -> bool:
     """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
     if text.isascii():

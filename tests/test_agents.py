@@ -280,6 +280,45 @@ def test_a_start_proven_never_sent_is_rolled_back_and_started_afresh(bound_box, 
 # -- a real tmux -----------------------------------------------------------------------
 
 
+def path_without(tmp_path: Path, program: str) -> str:
+    """A PATH that finds every program this one does but `program`: one
+    folder of links to the rest."""
+    folder = tmp_path / f"path-without-{program}"
+    folder.mkdir()
+    for place in os.environ["PATH"].split(os.pathsep):
+        try:
+            names = os.listdir(place)
+        except OSError:
+            continue
+        for name in names:
+            if name != program and not (folder / name).exists() and os.access(os.path.join(place, name), os.X_OK):
+                (folder / name).symlink_to(os.path.join(place, name))
+    return str(folder)
+
+
+def test_a_live_tmux_pane_is_never_gone_when_tmux_is_not_on_path(tmux_socket, tmp_path):
+    """With tmux missing from PATH, a live pane cannot be checked: the reads
+    say so (never `gone`), and `mu doctor` does not advise closing it."""
+    made = Box(tmp_path, "bound")
+    try:
+        assert spawn("web/fixer", command="sleep 60").returncode == 0
+        assert show("web/fixer")["paneAlive"] is True
+        env = {"PATH": path_without(tmp_path, "tmux")}
+        seen = json.loads(run_mu("agent", "show", "web/fixer", "--json", env=env).stdout)
+        assert (seen["paneAlive"], seen["paneUnchecked"]) == (None, "tmux is not on PATH")
+        said = run_mu("agent", "show", "web/fixer", env=env).stdout
+        assert "pane: tmux, cannot be checked: tmux is not on PATH" in said and "gone" not in said
+        listed = run_mu("agent", "list", env=env).stdout
+        assert "unchecked" in listed and "gone" not in listed
+        doctor = run_mu("doctor", "--json", env=env)
+        panes = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "pane:web/fixer"]
+        assert [(f["result"], f["command"]) for f in panes] == [("skip", None)], panes
+        assert "mu agent close web/fixer" not in doctor.stdout
+        assert show("web/fixer")["paneAlive"] is True  # it was alive all along
+    finally:
+        made.finish()
+
+
 def test_spawn_in_tmux_and_close(tmux_socket, tmp_path):
     made = Box(tmp_path, "bound")
     try:

@@ -94,6 +94,13 @@ def test_status_records_gone_as_lost(local):
     assert host_json("box")["state"] == "lost"
     refused = run_mu("host", "exec", "box", "--", "true")
     assert refused.returncode == 2 and "lost" in refused.stderr
+    # a lost host is released at the provider like any other, and says it was lost
+    released = run_mu("host", "release", "box")
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.startswith("host box: released (it was lost: gone"), released.stdout
+    assert host_json("box")["state"] == "released"
+    again = run_mu("host", "release", "box")
+    assert again.returncode == 0 and "already released" in again.stdout
 
 
 @pytest.mark.parametrize("point", ["intent-written", "request-written", "reply-read"])

@@ -365,7 +365,16 @@ def test_exec_refuses_a_cwd_outside_its_host_and_a_host_it_did_not_make(local):
                         ({"host": {"name": "box"}}, "."), (local.host("../../etc"), ".")):
         with pytest.raises(Permanent):
             local.call("link.exec", target=target, script=script, cwd=cwd, timeoutMs=1000)
-    assert not marker.exists()
+    # a link inside the host to a folder outside it: resolved, then refused, for a run and a job
+    outside = local.root.parent / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(local.folder(handle), "away"))
+    for cwd in ("away", "/away", "away/."):
+        with pytest.raises(Permanent, match="leaves the host"):
+            local.call("link.exec", target=local.host(handle), script=script, cwd=cwd, timeoutMs=1000)
+    with pytest.raises(Permanent, match="leaves the host"):
+        local.call("job.start", target=local.host(handle), key="job-away", spec=job_spec("true", cwd="away"))
+    assert not marker.exists() and os.listdir(outside) == []
 
 
 def test_exec_timeout_answers_null_and_leaves_nothing_running(local):

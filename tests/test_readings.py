@@ -243,6 +243,18 @@ def test_show_prints_the_reading(world):
     assert data["lastText"] == "all green\nsecond line" and data["runs"] == 3
 
 
+def test_read_and_show_report_the_same_turn_and_runs(world):
+    world.agent("ws/a")
+    world.turn("ws/a", "busy", 4, 2, text="the last settled turn")
+    shown = json.loads(run_mu("agent", "show", "ws/a", "--json").stdout)
+    out = run_mu("agent", "read", "ws/a", "--json")
+    assert out.returncode == 0, out.stderr
+    read = json.loads(out.stdout)["agent"]
+    fields = ("turn", "turnReason", "runs", "incarnation", "liveness", "state", "lastText")
+    assert {k: read[k] for k in fields} == {k: shown[k] for k in fields}
+    assert (read["turn"], read["runs"], read["incarnation"]) == ("busy", 4, 2)
+
+
 def test_a_lying_last_run_gives_no_last_text(world, monkeypatch):
     world.agent("ws/a")
     world.turn("ws/a", "idle", 3, 1, text="true text")

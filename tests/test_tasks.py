@@ -91,11 +91,18 @@ def test_ids_are_slugs_edges_refuse_a_cycle_and_next_ranks_by_value(isolated):
     assert "no task 'nope'" in refused("task", "block", "docs", "--by", "nope")
     assert "1 to 100" in refused("task", "add", "web", "x", "--impact", "101")
     assert "above 0" in refused("task", "add", "web", "x", "--effort", "0")
+    # the cap is said as it is, and the cap itself is taken
+    assert refused("task", "add", "web", "x", "--effort", "10001") == \
+        "mu: --effort '10001' is not a number of days above 0 and at most 10000"
     assert "no status" in refused("task", "list", "--status", "done")
     # a title is one line of at most 200 characters, with no control character
     for title in ("two\nlines", "a \x1b[2J clear", "tab\there", "x" * 201):
         assert "put the details in --brief" in run_mu("task", "add", "web", title).stderr
         refused("task", "add", "web", title)
+    # nor one that shows other text than it holds: a bidi override, a zero-width space, a line separator
+    for title, shown in (("pay \u202eevil", "U+202E"), ("zero\u200bwidth", "U+200B"), ("a\u2028b", "U+2028"),
+                         ("soft\u00adhyphen", "U+00AD")):
+        assert shown in refused("task", "add", "web", title), title
     assert graph(isolated) == before
     # a longer cycle through a third task
     mu_ok("task", "block", "docs", "--by", "write-the-api")

@@ -333,7 +333,10 @@ def _panes() -> List[Finding]:
             known.add(ref.where.get("window_id", ""))
         if job_state != "started":
             continue
-        if ref is None or not _alive(ref):
+        alive, why = _alive(ref) if ref is not None else (False, None)
+        if why is not None:  # not known either way: never a reason to close a live agent
+            found.append(Finding("panes", f"pane:{agent}", SKIP, f"agent {agent}'s pane cannot be checked: {why}"))
+        elif not alive:
             remedy = f"mu agent reattach {agent}" if view_kind == "detached" else f"mu agent close {agent}"
             found.append(Finding("panes", f"pane:{agent}", FAIL, f"agent {agent}'s job is recorded running and"
                                  " it has no live pane", remedy))
@@ -343,14 +346,15 @@ def _panes() -> List[Finding]:
     return found
 
 
-def _alive(ref) -> bool:
+def _alive(ref) -> "tuple[bool, Optional[str]]":
+    """(whether the pane lives, why that could not be checked or None)."""
     from mu import panes
     from mu.deadline import Deadline
 
     try:
-        return panes.backend_for(ref).alive(ref, Deadline.after(LOOK_S))
-    except MuError:
-        return False
+        return panes.backend_for(ref).alive(ref, Deadline.after(LOOK_S)), None
+    except MuError as exc:
+        return False, exc.message
 
 
 def _stray_windows(known: Set[str]) -> List[Finding]:

@@ -80,6 +80,7 @@ class Seen(NamedTuple):
     attach: Optional[str]
     pending: Optional[str]  # the method of an open intent on the job, if any
     reconciled: str = ""  # what this read's reconcile did, "" when nothing
+    pane_unchecked: Optional[str] = None  # why the pane could not be checked (pane_alive None), if so
 
 
 def _host(name: str) -> Host:
@@ -115,13 +116,13 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
     job = jobs.find(agent.job)
     open_intent = intents.pending(f"job:{agent.job}")
     ref = pane_of(agent)
-    alive = attach = None
+    alive = attach = unchecked = None
     if ref is not None:
         backend = panes.backend_for(ref)
         try:
             alive = backend.alive(ref, Deadline.after(PANE_S))
-        except MuError:
-            alive = None
+        except MuError as exc:  # not known either way (tmux not on PATH, say): never read as gone
+            alive, unchecked = None, exc.message
         attach = backend.attach_hint(ref)
     liveness: Dict[str, Any] = {"state": "unknown", "reason": "not asked"}
     if job is None:
@@ -130,7 +131,8 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
         liveness = _ended(job)
     elif job.state == "stop-changed":
         liveness = {"state": "unknown", "reason": f"its job was started under another instance of {job.plugin}"}
-    seen = Seen(agent, job, liveness, ref, alive, attach, open_intent.method if open_intent else None)
+    seen = Seen(agent, job, liveness, ref, alive, attach, open_intent.method if open_intent else None,
+                pane_unchecked=unchecked)
     if ask and job is not None and job.state == "started":
         clients = clients or Clients()
         seen = reconcile(seen, readings.job_status(clients, hosting.of(agent, job), job), clients)
@@ -229,11 +231,13 @@ def tail(agent_name: str, lines: int) -> str:
 class Read(NamedTuple):
     """What `mu agent read` shows: the agent as its read (and reconcile)
     left it, the pane's last lines, and the channel's last text when the
-    agent's channel has one."""
+    agent's channel has one; `reading` is the read's reading, as the
+    reconcile left the job (what `mu agent show` reports of the turn)."""
 
     seen: Seen
     output: str
     last_text: Optional[str]
+    reading: Optional["readings.AgentReading"] = None
 
 
 def read(agent_name: str, lines: int, clients: Optional[Clients] = None) -> Read:
@@ -250,7 +254,13 @@ def read(agent_name: str, lines: int, clients: Optional[Clients] = None) -> Read
             output = panes.backend_for(seen.pane).tail(seen.pane, lines, Deadline.after(PANE_S))
         except PaneError:
             output = ""
-    return Read(seen, output, reading.last_text)
+    return Read(seen, output, reading.last_text, as_reconciled(reading, seen))
+
+
+def as_reconciled(reading: "readings.AgentReading", seen: Seen) -> "readings.AgentReading":
+    """`reading` with the job as the reconcile left it in `seen` (a job it
+    found over reads ended), so every read reports one state."""
+    return reading._replace(job=seen.job, job_status=seen.liveness, liveness=readings.liveness_of(seen.liveness))
 
 
 # -- reattach -------------------------------------------------------------------------

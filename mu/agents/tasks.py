@@ -32,6 +32,7 @@ from mu.runtime import crashpoints
 from mu.store import db
 from mu.store import tasks as store
 from mu.store.tasks import FINISHED, STATUSES, Event, Task
+from mu.text import hidden_character
 
 DEFAULT_IMPACT = 50  # an unrated task's value is 50 over one day
 DEFAULT_EFFORT = 1.0
@@ -78,6 +79,9 @@ def check_impact(impact: Optional[str]) -> Optional[int]:
     return n
 
 
+MAX_EFFORT_DAYS = 10000  # about 27 years: past it, an effort is a typing slip, not a plan
+
+
 def check_effort(effort: Optional[str]) -> Optional[float]:
     if effort is None:
         return None
@@ -85,8 +89,8 @@ def check_effort(effort: Optional[str]) -> Optional[float]:
         days = float(effort)
     except ValueError:
         days = -1.0
-    if not (0 < days <= 10000):  # also refuses nan and inf
-        raise UsageError(f"--effort {effort!r} is not a number of days above 0")
+    if not (0 < days <= MAX_EFFORT_DAYS):  # also refuses nan and inf
+        raise UsageError(f"--effort {effort!r} is not a number of days above 0 and at most {MAX_EFFORT_DAYS}")
     return days
 
 
@@ -101,12 +105,16 @@ TITLE_MAX = 200  # characters: a title is a table's cell; the details go in the 
 
 def _check_title(title: Optional[str]) -> str:
     """A title is one line of at most TITLE_MAX characters, with no control
-    character: it is shown in tables, `mu state` and `mu top`, where a
-    newline would break the layout and an escape sequence would act on the
-    terminal of whoever reads it (an agent may add tasks)."""
+    character, format character (a bidi override, a zero-width space) or
+    line separator (mu.text.hidden_character): it is shown in tables, `mu
+    state` and `mu top`, where a newline would break the layout, an escape
+    sequence would act on the terminal of whoever reads it, and a bidi
+    override would show other text than is stored (an agent may add tasks)."""
     title = _check_text(title, "a task's title")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in title):
-        raise UsageError("a task's title is one line without control characters", "put the details in --brief")
+    hidden = hidden_character(title)
+    if hidden is not None:
+        raise UsageError(f"a task's title is one line of characters that show as themselves, and {hidden} does not"
+                         " (a control, format or line-separator character)", "put the details in --brief")
     if len(title) > TITLE_MAX:
         raise UsageError(f"a task's title is at most {TITLE_MAX} characters, not {len(title)}",
                          "put the details in --brief")

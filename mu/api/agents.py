@@ -61,6 +61,7 @@ class AgentInfo:
     incarnation: Optional[int] = None
     last_text: Optional[str] = None
     reconciled: Optional[str] = None  # what this read's reconcile did (it stopped a job that was over), or None
+    pane_unchecked: Optional[str] = None  # why paneAlive is null (the pane could not be checked), or None
 
     def as_json(self) -> Dict[str, Any]:
         return {"agent": self.agent, "host": self.host, "plugin": self.plugin, "job": self.job, "view": self.view,
@@ -68,7 +69,8 @@ class AgentInfo:
                 "paneAlive": self.pane_alive, "attach": self.attach, "pendingEffect": self.pending,
                 "checkout": self.checkout, "createdAt": self.created_at, "liveness": self.liveness,
                 "turn": self.turn, "turnReason": self.turn_reason, "runs": self.runs,
-                "incarnation": self.incarnation, "lastText": self.last_text, "reconciled": self.reconciled}
+                "incarnation": self.incarnation, "lastText": self.last_text, "reconciled": self.reconciled,
+                "paneUnchecked": self.pane_unchecked}
 
 
 def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> AgentInfo:
@@ -80,7 +82,8 @@ def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> A
         pane = dict(seen.pane.where, backend=seen.pane.backend, pid=seen.pane.pid)
     info = AgentInfo(agent.agent, agent.host, agent.plugin, agent.job, job.view_kind if job else None,
                      job.handle if job else None, str(status.get("state", "unknown")), detail, pane,
-                     seen.pane_alive, seen.attach, seen.pending, agent.checkout, agent.created_at)
+                     seen.pane_alive, seen.attach, seen.pending, agent.checkout, agent.created_at,
+                     pane_unchecked=seen.pane_unchecked)
     if reading is None:
         return info
     turn = reading.turn
@@ -96,8 +99,7 @@ def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
     # job.status on a provider host or a profile alike, every agent's calls in flight together
     for a, reading in zip(names, readings.read_all(names, clients)):
         seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
-        reading = reading._replace(job=seen.job, job_status=seen.liveness,
-                                   liveness=readings.liveness_of(seen.liveness))
+        reading = life.as_reconciled(reading, seen)
         found.append(dataclasses.replace(_info(seen, reading), reconciled=seen.reconciled or None))
     return found
 
@@ -190,7 +192,9 @@ def agent_read(agent: str, lines: int = 40) -> ReadResult:
         raise UsageError(f"-n takes a whole number above 0, not {lines}")
     with _plugins_stopped():
         done = life.read(agent, lines)
-    info = dataclasses.replace(_info(done.seen), last_text=done.last_text, reconciled=done.seen.reconciled or None)
+    # the turn and the runs as `agent_show` reads them: one reading, one report
+    info = dataclasses.replace(_info(done.seen, done.reading), last_text=done.last_text,
+                               reconciled=done.seen.reconciled or None)
     return ReadResult(info, lines, done.output, done.last_text)
 
 

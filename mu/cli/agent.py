@@ -120,10 +120,17 @@ def verb_list(args: Dict[str, Any]) -> int:
         emit("no agents")
         return 0
     table([[a.agent, a.host, a.state, "dead" if a.liveness == "dead" else a.turn, _count(a.runs),
-            _count(a.incarnation), "alive" if a.pane_alive else "gone", a.view or "-", _first_line(a.last_text)]
+            _count(a.incarnation), _pane_word(a), a.view or "-", _first_line(a.last_text)]
            for a in found],
           ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW", "LAST TEXT"])
     return 0
+
+
+def _pane_word(info: Any) -> str:
+    """alive, gone, or unchecked when it could not be checked (never gone for that)."""
+    if info.pane_alive is None:
+        return "unchecked" if info.pane is not None else "-"
+    return "alive" if info.pane_alive else "gone"
 
 
 def verb_show(args: Dict[str, Any]) -> int:
@@ -142,7 +149,9 @@ def verb_show(args: Dict[str, Any]) -> int:
     if info.pending:
         emit(f"an open {info.pending} on its job: `mu agent close {info.agent}` resolves it")
     if info.pane is not None:
-        emit(f"pane: {info.pane['backend']}, {'alive' if info.pane_alive else 'gone'}; look at it: {info.attach}")
+        said = f"cannot be checked: {info.pane_unchecked or 'its backend did not answer'}" if info.pane_alive is None \
+            else _pane_word(info)
+        emit(f"pane: {info.pane['backend']}, {said}; look at it: {info.attach}")
     if info.reconciled:
         emit(f"this read found its job over and recorded it ended: {info.reconciled}")
     if info.view == "detached" and info.pane_alive is False and info.state in ("running", "unknown"):

@@ -275,7 +275,11 @@ def require_instance(client: PluginClient, host: ProviderHost) -> None:
 def release(name: str) -> str:
     """Release a provider host; idempotent.  Returns what was done.
     Refused (exit 2, naming them) while agents use the host: their work
-    would go with it; `mu.api.host_release(force=True)` closes them first."""
+    would go with it; `mu.api.host_release(force=True)` closes them first.
+    A lost host is released as a ready one is: the provider is asked to
+    give back whatever of it remains (a release is idempotent, so one that
+    is wholly gone answers at once), and only its answer makes the record
+    `released`."""
     host = _recorded(name)
     client = provider_client(host.plugin)
     with locks.subject("host", name):
@@ -286,11 +290,10 @@ def release(name: str) -> str:
         assert isinstance(host, ProviderHost)
         if host.state == "released":
             return "released" if resolved == "released" else "already released"
-        if host.state == "lost":
-            return f"not released: the host is lost ({host.reason or 'gone'})"
+        was = f" (it was lost: {host.reason or 'gone'})" if host.state == "lost" else ""
         if host.state == "needs-human":
             raise in_use(host)
-        if host.state != "ready":
+        if host.state not in ("ready", "lost"):
             raise Refused(f"host {name!r} is {host.state}")
         _refuse_used(name)
         require_instance(client, host)
@@ -307,7 +310,7 @@ def release(name: str) -> str:
             record=lambda conn, _: hosts.set_state(conn, name, "released"),
             check=lambda r: "" if r is None else "host.release answers null",
         )
-        return "released"
+        return "released" + was
 
 
 class StatusOutcome(NamedTuple):

@@ -64,9 +64,10 @@ def timeout_of(params: dict) -> int:
 
 
 def inside(home: str, relative: object, must_exist: bool = True) -> str:
-    """<home>/<relative>, refusing anything that leaves the host.  An
-    absolute path is read inside the host, unless it already names a
-    place inside it (what a script's `pwd` prints)."""
+    """<home>/<relative>, refusing anything that leaves the host, by its
+    name (`..`) or through a symbolic link on the way (the path is resolved,
+    then checked).  An absolute path is read inside the host, unless it
+    already names a place inside it (what a script's `pwd` prints)."""
     if not isinstance(relative, str) or not relative or "\0" in relative:
         raise sdk.Permanent("a path on the host must be a non-empty string")
     where = None
@@ -80,6 +81,10 @@ def inside(home: str, relative: object, must_exist: bool = True) -> str:
         where = os.path.normpath(os.path.join(home, relative.lstrip("/")))
     if where != home and not where.startswith(home + os.sep):
         raise sdk.Permanent("%s leaves the host" % relative)
+    # resolved, then checked: a link inside the host may name a place outside it
+    real, real_home = os.path.realpath(where), os.path.realpath(home)
+    if real != real_home and not real.startswith(real_home + os.sep):
+        raise sdk.Permanent("%s leaves the host (through a symbolic link)" % relative)
     if must_exist and not os.path.isdir(where):
         raise sdk.Permanent("no such folder on the host: %s" % relative)
     return where
