@@ -1,7 +1,5 @@
 """`python -m mu` is `bin/mu`."""
 
-import sys
+from mu.cli.main import run
 
-from mu.cli.main import main
-
-sys.exit(main())
+run()

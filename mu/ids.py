@@ -9,12 +9,13 @@ order they were made.
 from __future__ import annotations
 
 import _thread
+import os
 import time
 
-# Only writers make ids, and every reader imports this module on its way
-# to the store: what ids need and readers do not (`random`, `threading`,
-# `typing`, the counter's table) is not loaded until an id is made.
-# `_thread`'s lock is the one `threading.Lock` is.
+# Every reader imports this module on its way to the store, and every
+# writer makes a handful of ids: what ids need is kept to what loads
+# fast (`os.urandom` for the random bits, not the `random` module;
+# `_thread`'s lock, which is the one `threading.Lock` is; no `typing`).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import List, Sequence
@@ -23,15 +24,10 @@ _lock = _thread.allocate_lock()
 _last_ms = 0
 _seq = 0
 _MS_MASK = (1 << 48) - 1
-# The 12-bit counter as text, looked up rather than formatted: a batch of
-# ids formats only what changes between them.  Made by the first batch.
-_SEQ_HEX: List[str] = []
 
 
-def _getrandbits(bits: int) -> int:
-    import random  # here: see above
-
-    return random.getrandbits(bits)
+def _random_bits(bits: int) -> int:
+    return int.from_bytes(os.urandom((bits + 7) // 8), "big") >> (-bits % 8)
 
 
 def uuid7(now_ms: "int | None" = None) -> str:
@@ -53,9 +49,8 @@ def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
     id whole.
     """
     global _last_ms, _seq
-    rand = _getrandbits(62)
+    rand = _random_bits(62)
     tail = f"-{0x8000 | rand >> 48:04x}-{rand & 0xFFFFFFFFFFFF:012x}"
-    seq_hex = _SEQ_HEX or _seq_hex()
     ids: List[str] = []
     append = ids.append
     head_ms, head = -1, ""
@@ -74,15 +69,9 @@ def uuid7_batch(times_ms: Sequence[int]) -> List[str]:
             if ms != head_ms:  # the time's text, once per millisecond
                 masked = ms & _MS_MASK
                 head_ms, head = ms, f"{masked >> 16:08x}-{masked & 0xFFFF:04x}-7"
-            append(head + seq_hex[seq] + tail)
+            append(f"{head}{seq:03x}{tail}")
         _last_ms, _seq = last, seq
     return ids
-
-
-def _seq_hex() -> List[str]:
-    # one slice assignment: two threads making it at once each put the same whole table
-    _SEQ_HEX[:] = [f"{seq:03x}" for seq in range(0x1000)]
-    return _SEQ_HEX
 
 
 def uuid7_floor(ms: int) -> str:

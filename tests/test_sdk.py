@@ -558,6 +558,31 @@ def test_exit_leaves_nothing_in_the_group_it_leads(start):
     assert wait_group_empty(wire.pgid, timeout=1) == []
 
 
+def test_exit_still_runs_atexit_hooks_and_joins_non_daemon_threads(start, tmp_path):
+    # the SDK skips the interpreter's teardown on exit, but not what a
+    # plugin asked to run at exit: both files must be there once it is gone
+    left = tmp_path / "left"
+    left.mkdir()
+    wire = start(SDKTEST)
+    assert wire.call("test.leave", host_params(folder=str(left)))["result"] is True
+    wire.call("shutdown")
+    wire.close_stdin()
+    assert wire.wait(5)[0] == 0
+    assert sorted(os.listdir(left)) == ["atexit", "thread"]
+
+
+def test_exit_kills_an_orphan_of_a_reaped_child(start):
+    # the plugin has no child left (it reaped the one it started), yet that
+    # child's own child runs on in the plugin's group: the exit still finds it
+    wire = start(SDKTEST)
+    pid = wire.call("test.orphan", host_params())["result"]["pid"]
+    assert psutil.pid_exists(pid)
+    wire.call("shutdown")
+    wire.close_stdin()
+    assert wire.wait(5)[0] == 0
+    assert wait_group_empty(wire.pgid, timeout=1) == []
+
+
 def test_sigterm_stops_like_eof_and_dies_by_the_signal(start):
     wire = start(SDKTEST)
     wire.initialize()

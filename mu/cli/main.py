@@ -332,6 +332,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     return code
 
 
+def run() -> None:
+    """The mu command as a process: `main()`, then leave at once.
+
+    Everything mu writes is flushed here and every record is closed by
+    `main()`, so the interpreter's own teardown (collecting every module,
+    running finalizers) would only delay the exit status a script waits
+    for; `os._exit` skips it. bin/mu and `python -m mu` call this; an
+    embedding program calls `main()` and keeps its process.
+    """
+    import os
+
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the reader left (`mu log | head`) or the stream was closed: nothing more to say
+    os._exit(code)
+
+
 def _default_signals() -> None:
     """For a verb that reads records only: SIGINT, SIGTERM and SIGHUP end
     mu by that signal (128+N), at once and without a traceback, as the

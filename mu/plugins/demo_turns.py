@@ -13,11 +13,17 @@ What a caller may rely on: every check raises `sdk.Permanent` with the
 same one-line reason in both providers, and nothing here blocks.
 """
 
+from __future__ import annotations
+
 import hashlib
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mu import sdk
+
+# the local plugin imports this at start-up: typing stays off that path
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 FIRST_INCARNATION = 1  # the demo agent's first session
 TURN_STATES = ("idle", "busy", "blocked")
@@ -209,7 +215,7 @@ def asked_agent(target: Optional[dict]) -> Optional[str]:
 # -- the deliveries' params (each: the kind, the message's fields, the msgId) -----
 
 
-Delivery = Tuple[str, Dict[str, Any], Optional[str]]
+Delivery = tuple  # (the kind, the message's fields, the msgId or None)
 
 
 def send(params: dict) -> Delivery:

@@ -62,16 +62,12 @@ from mu.sdk.call import Call, Watch
 from mu.sdk.server import EXIT_GRACE_S, PROTOCOL_VERSION, RESERVED_METHODS, Server, summary
 from mu.sdk.wire import Wire, note
 
-TYPE_CHECKING = False  # typing is not loaded at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, List, Optional, Tuple
-
 # Start-up cost is part of the contract (a plugin answers its handshake
 # about as fast as a bare script), so typing, traceback and subprocess stay
 # off the import path.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Optional, TypeVar
+    from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
     F = TypeVar("F", bound=Callable[..., Any])
 
@@ -206,13 +202,33 @@ def run(plugin: Plugin) -> None:
     if server.stop_signal is not None:
         signal.signal(server.stop_signal, signal.SIG_DFL)
         os.kill(os.getpid(), server.stop_signal)
-    # Interpreter exit runs atexit hooks and joins non-daemon threads a
-    # plugin may have started; the watchdog bounds that too.
-    stopped_at = server.stopped_at if server.stopped_at is not None else time.monotonic()
-    watchdog = threading.Timer(max(0.2, stopped_at + _EXIT_WATCHDOG_S - time.monotonic()), _exit_now)
-    watchdog.daemon = True
-    watchdog.start()
-    sys.exit(0)
+    _exit_cleanly(server.stopped_at if server.stopped_at is not None else time.monotonic())
+
+
+def _exit_cleanly(stopped_at: float) -> None:
+    """Exit 0, having run what the plugin asked to run at exit.
+
+    A plugin's non-daemon threads are joined and its atexit hooks run, as
+    interpreter exit would, under a watchdog that bounds them; the rest of
+    interpreter teardown (collecting every module) is skipped: it only
+    delays the exit mu awaits once the stop has been answered (a plugin's
+    stop is on every verb's path).
+    """
+    import atexit
+
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    hooks = atexit._ncallbacks() if hasattr(atexit, "_ncallbacks") else 1
+    if others or hooks:
+        watchdog = threading.Timer(max(0.2, stopped_at + _EXIT_WATCHDOG_S - time.monotonic()), _exit_now)
+        watchdog.daemon = True
+        watchdog.start()
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is None or not hasattr(atexit, "_run_exitfuncs"):
+            sys.exit(0)  # not CPython: its own exit does the same, more slowly
+        shutdown()  # joins the non-daemon threads, as interpreter exit does
+        atexit._run_exitfuncs()
+    _flush()
+    os._exit(0)
 
 
 def _exit_now() -> None:
@@ -232,6 +248,8 @@ def _kill_all_we_started() -> None:
     if os.getpgrp() == os.getpid():
         from mu.sdk import procs
 
+        if procs.never_had_children():
+            return  # the group holds us alone: only our descendants could join it
         for pid in procs.group_members(os.getpgrp()):
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -62,6 +62,29 @@ def group_members(pgid: int) -> Set[int]:
             if group == pgid and state not in "ZX" and pid != os.getpid()}
 
 
+def never_had_children() -> bool:
+    """True when this process has provably never started one: none is
+    alive or a zombie now (the kernel's children lists), none was reaped
+    (the children's resource usage is empty) and none could be reaped
+    unseen (SIGCHLD is not ignored).  False when any of it is unknown.
+    A group this process leads then holds it alone, so a scan of the
+    process table for what to kill can be skipped."""
+    import resource
+
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        return False  # children reaped by the kernel leave no usage behind
+    if resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss != 0:
+        return False
+    try:
+        tasks = os.listdir("/proc/self/task")
+        for task in tasks:
+            if _read("/proc/self/task/%s/children" % task).strip():
+                return False
+    except OSError:
+        return False  # no /proc, or a kernel without the children lists
+    return True
+
+
 def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
     """The live processes of a run: `root` and its descendants, and every
     process whose environment carries `token`; never the caller."""
@@ -98,8 +121,7 @@ def processes() -> Dict[int, Tuple[int, int, str]]:
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
+            stat = _read("/proc/%s/stat" % name)
         except OSError:
             continue  # it exited while we looked
         # the command name may hold spaces and parentheses: split after the last ")"
@@ -126,6 +148,21 @@ def _processes_from_ps() -> Dict[int, Tuple[int, int, str]]:
         if len(fields) >= 4 and fields[0].isdigit():
             table[int(fields[0])] = (int(fields[1]), int(fields[2]), fields[3][:1])
     return table
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file's bytes, without the cost of a buffered file object
+    (the table is read on every plugin's exit)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _environ_has(pid: int, needle: bytes) -> bool:

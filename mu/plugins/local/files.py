@@ -12,7 +12,6 @@ Folders are made mode 0700.
 
 import json
 import os
-import tempfile
 import time
 
 
@@ -34,6 +33,8 @@ def read_json(path: str) -> "dict | None":
 
 
 def _temp_json(path, value):
+    import tempfile  # here: only writers need it, and it is slow to import
+
     fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     with os.fdopen(fd, "wb") as f:
         f.write(json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
