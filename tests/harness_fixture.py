@@ -154,3 +154,27 @@ def qwen_env(stub_model, monkeypatch, tmp_path):
     }.items():
         monkeypatch.setenv(name, value)
     return stub_model
+
+
+@pytest.fixture
+def gemini_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs Gemini CLI in (`gemini --acp`): the
+    stub as its Gemini API (an API key of no value), every folder trusted,
+    and its usage statistics off in the test's own HOME (on, it would look
+    up Google's servers); nothing it sends goes anywhere but the stub."""
+    program = harness_program("gemini")
+    settings = Path(os.environ["HOME"]) / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps({"privacy": {"usageStatisticsEnabled": False}}))
+    for name, value in {
+        "MU_HARNESS_GEMINI": str(program),
+        "GEMINI_API_KEY": "stub-key-of-no-value",
+        "GOOGLE_GEMINI_BASE_URL": stub_model.url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stub_model

@@ -103,9 +103,11 @@ HARNESSES: Dict[str, Optional[str]] = {
     "codex": "mu-bridge codex",
     "pi": "mu-bridge pi",
     # an agent of the Agent Client Protocol: the one MU_HARNESS_ACP (or the
-    # config file's harnesses.acp.program) names, and Qwen Code's preset
+    # config file's harnesses.acp.program) names, and the presets of Qwen
+    # Code and Gemini CLI
     "acp": "mu-bridge acp",
     "qwen": "mu-bridge qwen",
+    "gemini": "mu-bridge gemini",
 }
 
 

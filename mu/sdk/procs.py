@@ -6,7 +6,8 @@ environment of what a job starts, keep the token with the job's record, and
 a later plugin process finds the job with `find_tree(None, token)` and
 stops it with `kill_tree(None, token)` (docs/writing-plugins.md, "Processes
 that outlive a call").  The public names are `TOKEN_VAR`, `KILL_WAIT_S`,
-`kill_tree`, `find_tree`, `group_members` and `processes`.
+`kill_tree`, `find_tree`, `group_members`, `never_had_children` and
+`processes`.
 
 A plugin may not move what it starts into another group or session
 (protocol "Process"), and killing its own group would kill the plugin.  So

@@ -1,6 +1,6 @@
 """A model server of the tests' own on 127.0.0.1: the Anthropic Messages API
-(Claude Code), the OpenAI Responses API (Codex) and Chat Completions (pi,
-Qwen Code).
+(Claude Code), the OpenAI Responses API (Codex), Chat Completions (pi,
+Qwen Code) and the Gemini API (Gemini CLI).
 
 The harness tests point a real coding agent at it (Claude Code with
 ANTHROPIC_BASE_URL), so that a turn, a tool call, a permission request and
@@ -29,7 +29,8 @@ the system prompt, a tool result or an earlier message):
     anything     the text "STUB: <the message's first line>"
 
 A request without tools (a side query: a title, a classifier) gets plain
-text.  Every request is kept (`requests`, method, path and JSON body) so a
+text; a Gemini request that asks for JSON of a schema (its model router)
+gets the plainest JSON of that schema.  Every request is kept (`requests`, method, path and JSON body) so a
 test can assert what the agent sent.
 """
 
@@ -85,6 +86,26 @@ def _is_tool_result(content: Any) -> bool:
     return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
+def _instance_of(schema: Dict[str, Any]) -> Any:
+    """The plainest value of a JSON schema: an enum's first choice, every
+    property of an object, an empty array, a zero, a word."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = (kind[0] if kind else None) if isinstance(kind, list) else kind
+    kind = kind.lower() if isinstance(kind, str) else kind
+    if kind == "object" or "properties" in schema:
+        return {name: _instance_of(sub) for name, sub in (schema.get("properties") or {}).items()
+                if isinstance(sub, dict)}
+    if kind == "array":
+        return []
+    if kind in ("number", "integer"):
+        return 0
+    if kind == "boolean":
+        return False
+    return "stub"
+
+
 class StubModel:
     """The server; `url` once started.  `stop()` ends it and any slow turn."""
 
@@ -118,6 +139,11 @@ class StubModel:
                     stub.respond(self, body)
                 elif self.path.split("?")[0].rstrip("/").endswith("/chat/completions") and isinstance(body, dict):
                     stub.complete(self, body)
+                elif self.path.split("?")[0].endswith((":streamGenerateContent", ":generateContent")) \
+                        and isinstance(body, dict):
+                    stub.generate(self, body, stream=":streamGenerateContent" in self.path)
+                elif self.path.split("?")[0].endswith(":countTokens"):
+                    self._json({"totalTokens": 10})
                 elif self.path.split("?")[0].endswith("/count_tokens"):
                     self._json({"input_tokens": 10})
                 else:
@@ -166,6 +192,11 @@ class StubModel:
         for request in self.turns():
             for message in request["body"].get("messages") or []:
                 if message.get("role") == "user" and word in _text_of(message.get("content")):
+                    return True
+            for content in request["body"].get("contents") or []:  # the Gemini API's messages
+                parts = content.get("parts") or [] if isinstance(content, dict) else []
+                if content.get("role") == "user" and any(word in (p.get("text") or "") for p in parts
+                                                         if isinstance(p, dict)):
                     return True
         return False
 
@@ -253,6 +284,65 @@ class StubModel:
             return self._complete(handler, "STUB: slow done", delay=self.slow_s)
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._complete(handler, "STUB: " + first)
+
+    def generate(self, handler: BaseHTTPRequestHandler, body: Dict[str, Any], stream: bool) -> None:
+        """The Gemini API (Gemini CLI): the same script as `answer`."""
+        config = body.get("generationConfig") or {}
+        schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        if isinstance(schema, dict):  # a side query that wants JSON: Gemini CLI's model router
+            return self._generate(handler, json.dumps(_instance_of(schema)), stream=stream)
+        contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
+        last_parts = [p for p in (contents[-1].get("parts") or []) if isinstance(p, dict)] if contents else []
+        users = [c for c in contents if c.get("role") == "user"
+                 and any("text" in p for p in c.get("parts") or [] if isinstance(p, dict))]
+        texts = [p.get("text") or "" for p in (users[-1].get("parts") or []) if isinstance(p, dict)] if users else []
+        texts = [t for t in texts if t.strip() and not t.lstrip().startswith("<")]  # the context an agent adds
+        text = texts[-1] if texts else ""
+        if not body.get("tools"):
+            return self._generate(handler, "STUB: side answer", stream=stream)
+        if any("functionResponse" in p for p in last_parts):
+            started = "STUB_BACKGROUND" in text
+            return self._generate(handler, "STUB: started in the background" if started else "STUB: tool done",
+                                  stream=stream)
+        if "STUB_BACKGROUND" in text:
+            call = {"command": BACKGROUND_COMMAND, "is_background": True}
+            return self._generate(handler, None, call=("run_shell_command", call), stream=stream)
+        if "STUB_TOOL" in text:
+            return self._generate(handler, None, call=("run_shell_command", {"command": TOOL_COMMAND}), stream=stream)
+        if "STUB_SLOW" in text:
+            return self._generate(handler, "STUB: slow done", delay=self.slow_s, stream=stream)
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
+        return self._generate(handler, "STUB: " + first, stream=stream)
+
+    def _generate(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
+                  delay: Optional[float] = None, stream: bool = True) -> None:
+        part = {"functionCall": {"name": call[0], "args": call[1]}} if call is not None else {"text": text}
+        answer = {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+                  "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+                  "modelVersion": "stub-model", "responseId": "stub-%d" % int(time.time() * 1e6)}
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+        handler.send_header("Connection", "close")
+        if not stream:
+            data = json.dumps(answer).encode()
+            handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.close_connection = True
+        try:
+            if not stream:
+                handler.wfile.write(data)
+            else:
+                if delay:
+                    until = time.monotonic() + delay
+                    while time.monotonic() < until and not self.stopping.is_set():
+                        handler.wfile.write(b": waiting\r\n\r\n")  # a hung-up agent shows as a failed write
+                        handler.wfile.flush()
+                        time.sleep(0.1)
+                handler.wfile.write(("data: %s\r\n\r\n" % json.dumps(answer)).encode())
+            handler.wfile.flush()
+            self.last_byte = time.time()
+        except OSError:
+            pass  # the agent hung up (an interrupt)
 
     def _complete(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
                   delay: Optional[float] = None) -> None:

@@ -1,10 +1,15 @@
 """Agents of the Agent Client Protocol behind the bridge: `acp` (any ACP
 agent, its program named by --program or $MU_HARNESS_ACP) and the presets
-that name a program and its modes (qwen: `qwen --acp`).  ACP keeps no
+that name a program and its modes (qwen: `qwen --acp`; gemini: `gemini
+--acp`).  ACP keeps no
 message id the client gives, so the receipt is the bridge's, as pi's is:
 a mark of the session's user messages taken before the agent has the
 message, checked against the history `session/load` replays.
 """
+
+import glob
+import json
+import os
 
 from .common import as_dict, as_list, brief, first_line, say
 from .harness import Harness
@@ -237,9 +242,9 @@ class Acp(Harness):
         where one settled with its error is the person's to send again."""
         if not turn or not isinstance(turn.get("mark"), int):
             return False
-        if self.how == "resume":
+        if getattr(self, "how", None) == "resume":
             return True
-        return (turn.get("text") or "") in self.replayed[turn["mark"]:]
+        return (turn.get("text") or "") in getattr(self, "replayed", [])[turn["mark"]:]
 
 
 class Qwen(Acp):
@@ -250,3 +255,71 @@ class Qwen(Acp):
     variable, default = "MU_HARNESS_QWEN", "qwen"
     ARGS = ("--acp",)
     MODES = {"never": ("yolo",), "ask": ("default",), "plan": ("plan",)}
+
+
+class Gemini(Acp):
+    """Gemini CLI (`gemini --acp`): never-ask is its `yolo` mode, --ask its
+    `default`, read-only its `plan`.
+
+    Its `session/load` (0.61.0) fails on its own sessions: it starts a new
+    record of the session, which empties it, before it looks the session
+    up, and then finds nothing to resume.  The bridge still asks (a
+    release that loads would just work); when the load fails, the loop
+    begins a new session as a new incarnation.  Whether Gemini had the
+    message of the turn under way is then read from its transcript
+    (``<home>/.gemini/tmp/<project>/chats/session-<time>-<id8>.jsonl``,
+    home being $GEMINI_CLI_HOME or $HOME), which keeps every user message
+    it took, even past the failed load's rewrite: a message it had settles
+    with the restart and is never given twice; one it never had is given
+    to the new session."""
+
+    name = "gemini"
+    variable, default = "MU_HARNESS_GEMINI", "gemini"
+    ARGS = ("--acp",)
+    MODES = {"never": ("yolo",), "ask": ("default",), "plan": ("plan",)}
+
+    def delivered(self, session, key, turn=None):
+        if super().delivered(session, key, turn):
+            return True
+        if not turn or not isinstance(turn.get("mark"), int):
+            return False
+        return (turn.get("text") or "") in self._transcript(session)[turn["mark"]:]
+
+    @staticmethod
+    def _transcript(session):
+        """The texts of the user messages of `session`, in the order Gemini
+        took them (its own session context left out), as its transcripts
+        keep them; empty when none can be read."""
+        if not isinstance(session, str) or len(session) < 8 or "/" in session:
+            return []
+        home = os.environ.get("GEMINI_CLI_HOME") or os.path.expanduser("~")
+        pattern = os.path.join(glob.escape(home), ".gemini", "tmp", "*", "chats",
+                               "session-*-%s.jsonl" % glob.escape(session[:8]))
+        texts, seen = [], set()
+        for path in sorted(glob.glob(pattern)):
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            ours = False
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                if not isinstance(entry, dict):
+                    continue
+                if "sessionId" in entry:  # a header: whose session the lines below are
+                    ours = entry["sessionId"] == session
+                    continue
+                messages = as_dict(entry.get("$set")).get("messages")
+                for message in as_list(messages) if messages is not None else [entry]:
+                    if ours and isinstance(message, dict) and message.get("type") == "user" \
+                            and message.get("id") not in seen:
+                        seen.add(message.get("id"))
+                        text = "".join(p.get("text") or "" for p in as_list(message.get("content"))
+                                       if isinstance(p, dict))
+                        if not text.startswith("<session_context>"):
+                            texts.append(text)
+        return texts

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from .acp import Acp, Qwen
+from .acp import Acp, Gemini, Qwen
 from .claude import Claude
 from .codex import Codex
 from .common import (
@@ -44,7 +44,7 @@ from .turnfiles import TurnFiles
 
 # The harnesses, by the name mu-bridge's first argument gives: a new harness
 # is its module and its line here.
-HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen}
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen, "gemini": Gemini}
 USAGE = ("usage: mu-bridge (%s) [--dir <folder>] [--program <command line>] [--role <role>]"
          " [--ask] [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]" % " | ".join(HARNESSES))
 
@@ -79,7 +79,7 @@ class Bridge:
         session = record.get("session")
         resume = bool(session) and record.get("harness") == self.harness.name and self.harness.resumable(session)
         if session and not resume:
-            self.restart_elsewhere("its session %s could not be resumed" % session)
+            self.restart_elsewhere("its session %s could not be resumed" % session, session)
         record["harness"] = self.harness.name
         try:
             self.launch(session if resume else None, resume)
@@ -87,7 +87,7 @@ class Bridge:
             if not resume:
                 raise
             say("mu-bridge: %s; starting a new session" % exc)
-            self.restart_elsewhere("its session %s could not be resumed" % session)
+            self.restart_elsewhere("its session %s could not be resumed" % session, session)
             resume = False
             self.launch(None, False)
         turn = record.get("turn")
@@ -135,10 +135,17 @@ class Bridge:
         turn["open"] = [message_uuid(turn["msgIds"][0])]
         self.give(turn["msgIds"][0], turn["text"])
 
-    def restart_elsewhere(self, why):
-        """A new incarnation because the session is lost; a turn under way
-        is kept, as the new incarnation's first, and given again."""
+    def restart_elsewhere(self, why, session=None):
+        """A new incarnation because the session is lost.  A turn under way
+        whose message the lost `session` had (its harness's own files keep
+        the receipt) settles with the loss, in the old incarnation, and is
+        never given twice; one it never had is kept, as the new
+        incarnation's first, and given again."""
         kept = self.record.get("turn")
+        if kept is not None and kept["msgIds"] and session \
+                and self.harness.delivered(session, message_uuid(kept["msgIds"][0]), kept):
+            self.settle(kept, error="the bridge restarted during the turn, and its session was lost")
+            kept = None
         self.new_incarnation(why)
         if kept is not None and kept["msgIds"]:  # (the harness's own turn ended with its session)
             kept["n"] = 1
@@ -371,7 +378,7 @@ class Bridge:
             self.launch(session, self.harness.resumable(session))
         except BridgeError as exc:
             say("mu-bridge: %s; starting a new session" % exc)
-            self.restart_elsewhere("the session could not be resumed")
+            self.restart_elsewhere("the session could not be resumed", session)
             self.launch(None, False)
             resumed = False
         if resumed and self._had_it(session):  # one the resumed harness gives (an ACP agent's replay)

@@ -89,8 +89,18 @@ class TurnFiles:
         self.turn_path = os.path.join(folder, "turn.json")
 
     def make(self):
+        """The folders, and none of the temporary files a writer killed
+        mid-write left in the ones only the agent writes (the job folder,
+        taken/, turns/; inbox/ is the deliverers', who may be writing now)."""
         for path in (self.folder, self.inbox, self.taken, self.turns):
             os.makedirs(path, mode=0o700, exist_ok=True)
+        for path in (self.folder, self.taken, self.turns):
+            for name in os.listdir(path):
+                if name.startswith(".tmp-"):
+                    try:
+                        os.unlink(os.path.join(path, name))
+                    except OSError:
+                        pass  # gone already, or not ours to remove: readers skip dot names anyway
 
     def record(self):
         """turn.json, or None when there is none yet."""

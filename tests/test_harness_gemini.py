@@ -1,0 +1,253 @@
+"""Gemini CLI under mu, end to end: the real `gemini --acp` (tests/harnesses,
+pinned) behind `mu-bridge gemini` on the local provider, against the
+tests' own stub model (the Gemini API), with the helpers of
+tests/test_harness_claude.py and tests/test_harness_acp.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+
+import harness_fixture
+import test_harness_claude as claude_tests
+from conftest import wait_for
+from test_harness_bridge import Bridge
+
+gemini_env, stub_model = harness_fixture.gemini_env, harness_fixture.stub_model  # the fixtures
+git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
+run_mu = claude_tests.run_mu
+
+
+@claude_tests.pytest.fixture
+def box(gemini_env, tmp_path, monkeypatch):
+    yield from claude_tests.box.__wrapped__(gemini_env, tmp_path, monkeypatch)
+
+
+def turns_at_the_model(stub) -> list:
+    """The Gemini API requests of the agent's own turns (they offer tools;
+    the model router's side queries do not)."""
+    return [r for r in stub.requests if ":streamGenerateContent" in r["path"] and r["body"].get("tools")]
+
+
+def at_the_model(stub, text: str) -> int:
+    """How many times `text` is a user's message in the conversations the
+    model was sent (the most in any one request): once when Gemini got it
+    once."""
+    most = 0
+    for r in turns_at_the_model(stub):
+        parts = [p for c in r["body"].get("contents") or [] if isinstance(c, dict) and c.get("role") == "user"
+                 for p in c.get("parts") or [] if isinstance(p, dict)]
+        most = max(most, sum(1 for p in parts if p.get("text") == text))
+    return most
+
+
+def prompted(stub, text: str) -> int:
+    """How many times `text` was sent to the model as a new prompt (the
+    newest user message of a request), in any session: once when Gemini
+    was given the message once, even across a restart that began a new
+    session (each session's history holds it once)."""
+    count = 0
+    for r in turns_at_the_model(stub):
+        contents = [c for c in r["body"].get("contents") or [] if isinstance(c, dict)]
+        last = contents[-1] if contents else {}
+        if last.get("role") == "user" and any(isinstance(p, dict) and p.get("text") == text
+                                              for p in last.get("parts") or []):
+            count += 1
+    return count
+
+
+def test_gemini_runs_the_agent_path_send_tool_collect_interrupt_fresh(box, gemini_env):
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--worktree", "--send", "hello gemini")
+    assert settled()["lastText"] == "STUB: hello gemini"
+    assert at_the_model(gemini_env, "hello gemini") == 1  # the prompt reached the model once
+
+    mu("send", "w/a", "and a second one")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: and a second one")
+
+    mu("send", "w/a", "please STUB_TOOL")  # full-access: Gemini's yolo mode, nothing is asked
+    waited = settled("2")
+    assert (waited["runs"], waited["lastText"]) == (3, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+
+    # an interrupt (session/cancel) settles the slow turn with its reason; its text is the next turn
+    mu("send", "w/a", "STUB_SLOW please")
+    wait_for(lambda: gemini_env.seen("STUB_SLOW please"), 20, "the slow turn to reach the model")
+    mu("interrupt", "w/a", "never mind, say hi")
+    waited = settled("3")
+    assert (waited["runs"], waited["lastError"]) == (4, "interrupted")
+    waited = settled("4")
+    assert (waited["runs"], waited["lastText"]) == (5, "STUB: never mind, say hi")
+
+    mu("send", "w/a", "start over", "--fresh")
+    wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
+    waited = settled("0")
+    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
+    newest = turns_at_the_model(gemini_env)[-1]["body"]
+    assert "hello gemini" not in json.dumps(newest)  # a new session: none of the old conversation
+    read = mu("agent", "read", "w/a", "-n", "60").stdout
+    assert "gemini: STUB: hello gemini" in read and "tool " in read
+    assert "stub-key-of-no-value" not in read
+    mu("agent", "close", "w/a")
+
+
+def test_gemini_under_ask_blocks_on_its_permission_with_the_options_as_keys(box, gemini_env):
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--worktree", "--ask", "--send", "hi")
+    assert settled()["lastText"] == "STUB: hi"
+    mu("send", "w/a", "please STUB_TOOL")
+    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
+    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
+    assert json.loads(out.stdout)["event"] == "blocked"
+    asked = state_of("w/a")["reason"]
+    assert asked.startswith("gemini asks: allow "), asked
+    assert asked.endswith("(mu answer w/a proceed_always | proceed_once | cancel)"), asked
+    mu("answer", "w/a", "proceed_once")
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+    mu("agent", "close", "w/a")
+
+
+def test_gemini_read_only_is_its_plan_mode_and_writes_nothing(gemini_env, tmp_path):
+    # the local provider runs full-access jobs only: the bridge is run as a provider that honours the role would
+    work = tmp_path / "work"
+    work.mkdir()
+    git("init", "-q", cwd=work)
+    bridge = Bridge(tmp_path / "job", work, "gemini")
+    try:
+        bridge.start("--role", "read-only")
+        assert "(read-only)" in bridge.log.read_text()
+        bridge.deliver("m-1", "look around")
+        assert bridge.wait_runs(1)["lastText"] == "STUB: look around"
+        bridge.deliver("m-2", "please STUB_TOOL")
+        # plan mode refuses the command itself: no question (its default mode asks), no note (yolo runs it)
+        assert bridge.wait_runs(2)["lastText"] == "STUB: tool done"
+        assert not (work / "stub-note.txt").exists()
+    finally:
+        bridge.stop()
+
+
+def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_twice(gemini_env, tmp_path):
+    """Gemini CLI cannot load its own sessions, so a restart is a new
+    incarnation, and the receipt is its transcript: killed with the
+    message unread in its pipe, the agent is given it again, once, in the
+    new session; killed once it had it, mid-turn, the turn settles with
+    the loss and is not given again; the bridge killed at each of its
+    steps gives each message once."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "gemini")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "first")
+        assert bridge.wait_runs(1)["lastText"] == "STUB: first"
+        first_session = bridge.turn()["session"]
+
+        # unread: suspended, then killed with the message in its pipe
+        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
+        for process in tree:
+            process.suspend()
+        bridge.deliver("m-2", "second while stopped")
+        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
+        for process in reversed(tree):
+            process.kill()
+        turn = bridge.wait_runs(1)  # the new incarnation's first turn is the message it never had
+        wait_for(lambda: bridge.turn()["incarnation"] == 2 and bridge.turn()["runs"] == 1, 60, "the new session")
+        turn = bridge.turn()
+        assert turn["lastText"] == "STUB: second while stopped" and "lastError" not in turn, turn
+        assert turn["session"] != first_session
+        assert at_the_model(gemini_env, "second while stopped") == 1
+
+        # had: killed while the model is slow to answer
+        bridge.deliver("m-3", "STUB_SLOW third")
+        wait_for(lambda: gemini_env.seen("STUB_SLOW third"), 20, "the slow turn at the model")
+        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
+            process.kill()
+        wait_for(lambda: bridge.turn()["incarnation"] == 3, 60, "the next session")
+        assert bridge.turn()["state"] == "idle" and bridge.turn()["runs"] == 0
+        third = json.loads((bridge.folder / "turns" / "2-2.json").read_text())
+        assert third["lastError"] == "the harness exited (-9)", third
+        bridge.deliver("m-4", "fourth")
+        turn = bridge.wait_runs(1)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 3)
+        assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW third" in json.dumps(r["body"])) == 1
+
+        # the bridge killed with Gemini mid-turn: its next start finds the message in the lost session's transcript
+        bridge.deliver("m-5", "STUB_SLOW fifth")
+        wait_for(lambda: gemini_env.seen("STUB_SLOW fifth"), 20, "the slow turn at the model")
+        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
+        bridge.proc.kill()
+        bridge.proc.wait()
+        for process in reversed(tree):
+            process.kill()
+        bridge.start()
+        turn = bridge.turn()
+        assert (turn["incarnation"], turn["runs"], turn["state"]) == (4, 0, "idle"), turn
+        fifth = json.loads((bridge.folder / "turns" / "3-2.json").read_text())
+        assert fifth["lastError"] == "the bridge restarted during the turn, and its session was lost", fifth
+        assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW fifth" in json.dumps(r["body"])) == 1
+        assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 6))
+    finally:
+        bridge.stop()
+
+
+def test_the_bridge_killed_at_each_step_gives_gemini_each_message_once(gemini_env, tmp_path):
+    """Every restart of the bridge is a new session (Gemini cannot load
+    its own): at each crash point the message is given once in all, and
+    its turn settles, with its answer or with the loss when the lost
+    session had it."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "gemini")
+
+    def settled_again() -> bool:
+        turn = bridge.turn() or {}
+        return turn.get("pid") == bridge.proc.pid and turn.get("state") == "idle" and turn.get("turn") is None
+
+    try:
+        for n, point in enumerate(("bridge-recorded", "bridge-taken", "bridge-given"), start=1):
+            bridge.start(MU_CRASH_AT=point)
+            bridge.deliver(f"m-{n}", f"message {n}")
+            assert bridge.proc.wait(30) == -signal.SIGKILL, point
+            bridge.start(wait=False)
+            wait_for(settled_again, 60, f"the turn after a crash at {point}")
+            ends = [json.loads(path.read_text()) for path in (bridge.folder / "turns").iterdir()
+                    if path.name.endswith(".json")]
+            assert any(e["lastText"] == f"STUB: message {n}" or e.get("lastError", "").startswith(
+                "the bridge restarted during the turn") for e in ends), (point, ends)
+            assert prompted(gemini_env, f"message {n}") == 1, point
+            bridge.stop()
+        assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 4))
+    finally:
+        bridge.stop()
+
+
+POINTS = ("intent-written", "request-written", "reply-read")
+
+
+def test_mu_killed_at_each_step_of_a_send_gives_gemini_each_message_once(box, gemini_env, tmp_path):
+    """SIGKILL of mu between the intent and the call, with the request on
+    the wire, and after the call before the record: `mu agent check`
+    resolves each (accepted), and each message reaches the model once."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--send", "first")
+    assert settled()["lastText"] == "STUB: first"
+    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
+    for runs, point in enumerate(POINTS, start=1):
+        text = f"sent through a crash at {point}"
+        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
+        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
+        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
+        try:
+            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
+        finally:
+            conn.close()
+        checked = mu("agent", "check", "w/a", msg_id)
+        assert f"{msg_id} to w/a: accepted" in checked.stdout
+        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
+        assert prompted(gemini_env, text) == 1, point
+        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
+    assert prompted(gemini_env, "first") == 1
+    mu("agent", "close", "w/a")
