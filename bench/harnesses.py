@@ -1,7 +1,7 @@
 """Bench 14: real coding agents behind mu-bridge, against the same agent driven bare.
 
 For each harness installed by tests/harnesses/install.sh (Claude Code,
-Codex, pi, and Qwen Code as the ACP agent), against the tests' stub model on 127.0.0.1
+Codex, pi, and Qwen Code and Gemini CLI as the ACP agents), against the tests' stub model on 127.0.0.1
 (tests/harnesses/stub_model.py, which answers at once):
 
 - a turn's end: from the stub's last byte of the turn's answer to `mu wait
@@ -13,8 +13,8 @@ Codex, pi, and Qwen Code as the ACP agent), against the tests' stub model on 127
   harness driven bare by this script (its structured mode on a pipe, no
   bridge, no mu), from the stub's last byte to reading the harness's own
   end of turn (Claude's `result`, Codex's `turn/completed`, pi's
-  `agent_end`, the answer to Qwen's `session/prompt`: a bare ACP client).
-  Target: within 1.2x; for the ACP agent, whose turn is one shell tool
+  `agent_end`, the answer to an ACP agent's `session/prompt`: a bare ACP
+  client).  Target: within 1.2x; for an ACP agent, whose turn is one shell tool
   call (`STUB_TOOL`), within 1.3x (issue 27).  The notes split mu's span at the bridge's settle
   (turn.json's ctime).
 - spawn to ready: `mu agent spawn <agent> --host box --harness <h>` from
@@ -49,7 +49,8 @@ TIMEOUT_S = 60.0
 TARGET = 1.2
 ACP_TARGET = 1.3  # issue 27: the ACP bridge's turn with one tool call
 PI_FLAGS = ("--provider", "stub", "--model", "stub-model")
-TOOL = {"qwen": "STUB_TOOL "}  # the ACP agent's turn is one shell tool call
+ACP = ("qwen", "gemini")  # the agents behind the ACP bridge
+TOOL = {name: "STUB_TOOL " for name in ACP}  # an ACP agent's turn is one shell tool call
 
 
 def installed(name: str) -> Optional[str]:
@@ -88,6 +89,13 @@ def environment(name: str, program: str, stub, folder: str) -> Dict[str, str]:
     elif name == "qwen":
         env.update(MU_HARNESS_QWEN=program, OPENAI_BASE_URL=stub.url + "/v1", OPENAI_API_KEY="sk-stub",
                    OPENAI_MODEL="stub-model")
+    elif name == "gemini":
+        # usage statistics off: on, it looks up Google's servers (tests/harness_fixture.py)
+        os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
+        with open(os.path.join(home, ".gemini", "settings.json"), "w") as f:
+            json.dump({"privacy": {"usageStatisticsEnabled": False}}, f)
+        env.update(MU_HARNESS_GEMINI=program, GEMINI_API_KEY="stub-key", GOOGLE_GEMINI_BASE_URL=stub.url,
+                   GEMINI_CLI_TRUST_WORKSPACE="true")
     else:
         codex_home = os.path.join(folder, "codex-home")
         os.makedirs(codex_home, exist_ok=True)
@@ -113,7 +121,7 @@ class Bare:
                     "--permission-prompt-tool", "stdio", "--session-id", str(uuid.uuid4())]
         elif name == "pi":
             argv = [program, "--mode", "rpc", *PI_FLAGS]
-        elif name == "qwen":
+        elif name in ACP:
             argv = [program, "--acp"]
         else:
             argv = [program, "app-server"]
@@ -125,7 +133,7 @@ class Bare:
         elif name == "pi":
             self.write({"id": "s", "type": "get_state"})
             self.until(lambda m: m.get("id") == "s")
-        elif name == "qwen":  # what mu-bridge's ACP client does: initialize, a session, its never-ask mode
+        elif name in ACP:  # what mu-bridge's ACP client does: initialize, a session, its never-ask mode
             self.write({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {
                 "protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False},
                                                              "terminal": False}}})
@@ -175,7 +183,7 @@ class Bare:
         elif self.name == "pi":
             self.write({"id": key, "type": "prompt", "message": text})
             self.until(lambda m: m.get("type") == "agent_end")
-        elif self.name == "qwen":
+        elif self.name in ACP:
             self.write({"jsonrpc": "2.0", "id": key, "method": "session/prompt",
                         "params": {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]}})
             self.until(lambda m: m.get("id") == key and "method" not in m)
@@ -312,7 +320,7 @@ def bench_one(name: str, program: str, stub, opts: harness.Options) -> Tuple[Lis
         spans: Dict[str, List[float]] = {"mu": [], "bare": [], "bridge": []}
         # the ACP agent asks the model more after its turn (suggestions, memory), so the
         # stub's last byte is no turn's end there: its span is the whole turn, message to end
-        whole = name == "qwen"
+        whole = name in ACP
 
         def subject() -> None:
             before = stub.last_byte
@@ -342,10 +350,10 @@ def bench_one(name: str, program: str, stub, opts: harness.Options) -> Tuple[Lis
         subprocess.run(mu("host", "release", "box"), env=env, cwd=repo, capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
     end = {"claude": "`result`", "codex": "`turn/completed`", "pi": "`agent_end`",
-           "qwen": "answer to `session/prompt`"}[name]
-    first = {"claude": "`initialize`", "codex": "`thread/start`", "pi": "`get_state`", "qwen": "`session/set_mode`"}[name]
-    target = ACP_TARGET if name == "qwen" else TARGET
-    start = "the message given" if name == "qwen" else "stub's last byte"
+           "qwen": "answer to `session/prompt`", "gemini": "answer to `session/prompt`"}[name]
+    first = {"claude": "`initialize`", "codex": "`thread/start`", "pi": "`get_state`"}.get(name, "`session/set_mode`")
+    target = ACP_TARGET if name in ACP else TARGET
+    start = "the message given" if name in ACP else "stub's last byte"
     rows = []
     for what, stat in (("median", harness.median), ("p90", lambda v: harness.percentile(v, 90))):
         floor_v, mine = stat(spans["bare"]), stat(spans["mu"])
@@ -376,7 +384,7 @@ def body(opts: harness.Options) -> None:
     notes: List[str] = []
     stub = StubModel().start()
     try:
-        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex pi qwen").split():
+        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex pi qwen gemini").split():
             program = installed(name)
             if program is None:
                 notes.append(f"{name}: not installed (sh tests/harnesses/install.sh installs it); not measured")

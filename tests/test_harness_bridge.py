@@ -261,3 +261,21 @@ def test_a_skill_that_is_not_one_is_refused_in_one_line(tmp_path):
     refused.start("--skill", "not base64!", wait=False)
     assert refused.proc.wait(15) == 2
     assert refused.log.read_text() == "mu-bridge: --skill takes a SKILL.md compressed with zlib, then base64\n"
+
+
+def test_a_delivery_wakes_the_bridge_without_waiting_for_its_poll(tmp_path, monkeypatch):
+    # a poll of 30 s: only the inbox's watch can have the message taken within seconds
+    fake = ROOT / "tests" / "harnesses" / "fake_harness.py"
+    monkeypatch.setenv("MU_HARNESS_ACP", f"{sys.executable} {fake} acp")
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "acp")
+    try:
+        bridge.start("--poll", "30")
+        time.sleep(0.3)  # the loop is in its long wait
+        for n in (1, 2):
+            began = time.monotonic()
+            bridge.deliver(f"m-{n}", f"message {n}")
+            assert bridge.wait_runs(n)["lastText"] == f"FAKE: message {n}"
+            assert time.monotonic() - began < 10
+    finally:
+        bridge.stop()

@@ -15,6 +15,7 @@ import queue
 import shlex
 import signal
 import sys
+import threading
 import time
 
 from .acp import Acp, Gemini, Qwen
@@ -41,6 +42,7 @@ from .common import (
 )
 from .pi import Pi
 from .turnfiles import TurnFiles
+from .wake import watch
 
 # The harnesses, by the name mu-bridge's first argument gives: a new harness
 # is its module and its line here.
@@ -163,6 +165,8 @@ class Bridge:
     # -- the loop ------------------------------------------------------------------
 
     def run(self):
+        # a delivery wakes the wait below at once; the poll still finds what the watch misses
+        watch(self.inbox, lambda: self.events.put((None, ("wake",))))
         while self.stopping is None:
             if not os.path.isdir(self.inbox):
                 say("mu-bridge: the inbox %s is gone; exiting" % self.inbox)
@@ -514,6 +518,9 @@ def main(argv=None):
 
     def stop(signum, _frame):
         bridge.stopping = signum
+        # the loop may be in a long wait (--poll): wake it, from a thread of
+        # its own, as the queue's lock may be held by the code this interrupts
+        threading.Thread(target=agent.events.put, args=((None, ("stop",)),), daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, stop)
