@@ -59,6 +59,10 @@ What a caller may rely on (docs/harnesses.md, "What the bridge writes"):
   named mu, so the skill is `mu:mu`), Codex with `skills/extraRoots/set`
   before its thread, pi with `--skill` (docs/harnesses.md, "The mu skill").
 - `fresh` starts a new session (a new --session-id) as incarnation + 1.
+- A delivery is taken the moment it is renamed into the inbox (an inotify
+  watch of it, on Linux); where no watch can be set, at the next look,
+  every --poll seconds (0.05 by default), which also finds what a watch
+  missed.
 - A turn the harness begins itself (Claude reporting a background task, a
   pi extension's prompt) is a run like any other: busy, then settled with
   its text, runs + 1; its record has kind "own" and no msgIds.
