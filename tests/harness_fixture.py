@@ -58,6 +58,19 @@ def told_of_skill(stub, listed: str) -> bool:
     return any(listed + SKILL_DESCRIPTION in json.dumps(r["body"]) for r in stub.requests)
 
 
+def set_env(monkeypatch, tmp_path, own: dict) -> None:
+    """Set a harness's own variables, and what every harness test shares:
+    the checkout's bin/ first on PATH (the job's `mu-bridge` is this
+    checkout's) and a git identity and configuration of the test's own."""
+    for name, value in dict(own, **{
+        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
+        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+    }).items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.fixture
 def stub_model() -> Iterator:
     from harnesses.stub_model import StubModel
@@ -71,19 +84,14 @@ def stub_model() -> Iterator:
 def claude_env(stub_model, monkeypatch, tmp_path):
     """The environment a test's mu (and so its plugin, job and bridge) runs Claude Code in."""
     program = harness_program("claude")
-    for name, value in {
+    set_env(monkeypatch, tmp_path, {
         "MU_HARNESS_CLAUDE": str(program),
         "ANTHROPIC_BASE_URL": stub_model.url,
         "ANTHROPIC_API_KEY": "sk-stub-not-a-key",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
         "IS_SANDBOX": "1",
-        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    })
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     return stub_model
 
@@ -99,16 +107,11 @@ def codex_env(stub_model, monkeypatch, tmp_path):
         'model = "stub-model"\nmodel_provider = "stub"\n\n[model_providers.stub]\nname = "stub"\n'
         f'base_url = "{stub_model.url}/v1"\nenv_key = "STUB_MODEL_KEY"\nwire_api = "responses"\n'
         "request_max_retries = 0\nstream_max_retries = 0\n")
-    for name, value in {
+    set_env(monkeypatch, tmp_path, {
         "MU_HARNESS_CODEX": str(program),
         "CODEX_HOME": str(home),
         "STUB_MODEL_KEY": "sk-stub-not-a-key",
-        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    })
     return stub_model
 
 
@@ -123,16 +126,11 @@ def pi_env(stub_model, monkeypatch, tmp_path):
     (folder / "models.json").write_text(json.dumps({"providers": {"stub": {
         "baseUrl": stub_model.url + "/v1", "api": "openai-completions", "apiKey": "sk-stub-not-a-key",
         "models": [{"id": "stub-model"}]}}}))
-    for name, value in {
+    set_env(monkeypatch, tmp_path, {
         "MU_HARNESS_PI": f"{program} --provider stub --model stub-model",
         "PI_CODING_AGENT_DIR": str(folder),
         "PI_OFFLINE": "1",
-        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    })
     return stub_model
 
 
@@ -142,17 +140,12 @@ def qwen_env(stub_model, monkeypatch, tmp_path):
     stub as its OpenAI-compatible model (Chat Completions), which it
     authenticates against by itself; HOME is the test's own."""
     program = harness_program("qwen")
-    for name, value in {
+    set_env(monkeypatch, tmp_path, {
         "MU_HARNESS_QWEN": str(program),
         "OPENAI_BASE_URL": stub_model.url + "/v1",
         "OPENAI_API_KEY": "sk-stub-not-a-key",
         "OPENAI_MODEL": "stub-model",
-        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    })
     return stub_model
 
 
@@ -166,15 +159,10 @@ def gemini_env(stub_model, monkeypatch, tmp_path):
     settings = Path(os.environ["HOME"]) / ".gemini" / "settings.json"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps({"privacy": {"usageStatisticsEnabled": False}}))
-    for name, value in {
+    set_env(monkeypatch, tmp_path, {
         "MU_HARNESS_GEMINI": str(program),
         "GEMINI_API_KEY": "stub-key-of-no-value",
         "GOOGLE_GEMINI_BASE_URL": stub_model.url,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
-        "PATH": str(ROOT / "bin") + os.pathsep + os.environ["PATH"],
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.org",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.org",
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    })
     return stub_model

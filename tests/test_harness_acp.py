@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
+from typing import Callable
 
 import harness_fixture
 import test_harness_claude as claude_tests
@@ -52,29 +52,39 @@ def at_the_model(stub, text: str) -> int:
     return most
 
 
-def test_qwen_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, qwen_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--worktree", "--send", "hello qwen")
-    assert settled()["lastText"] == "STUB: hello qwen"
-    assert at_the_model(qwen_env, "hello qwen") == 1  # the prompt reached the model once
+def walk_the_agent_path(harness: str, box, once: Callable[[str], int], slow_seen: Callable[[], bool]) -> None:
+    """An ACP agent's path under mu, runs 1 to 5 of w/a: spawned with a
+    first prompt that reaches the model `once`, a follow-up, a shell tool
+    call under full-access (the agent's never-ask mode: nothing is asked)
+    whose commit is collected onto mu/w/a, and an interrupt
+    (`session/cancel`) of a slow turn, which settles it with its reason
+    and makes its text the next turn."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", harness, "--worktree", "--send", f"hello {harness}")
+    assert settled()["lastText"] == f"STUB: hello {harness}"
+    assert once(f"hello {harness}") == 1  # the prompt reached the model once
 
     mu("send", "w/a", "and a second one")
     waited = settled("1")
     assert (waited["runs"], waited["lastText"]) == (2, "STUB: and a second one")
 
-    mu("send", "w/a", "please STUB_TOOL")  # full-access: Qwen's yolo mode, nothing is asked
+    mu("send", "w/a", "please STUB_TOOL")
     waited = settled("2")
     assert (waited["runs"], waited["lastText"]) == (3, "STUB: tool done")
     mu("collect", "w/a")
     assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
 
-    # an interrupt (session/cancel) settles the slow turn with its reason; its text is the next turn
     mu("send", "w/a", "STUB_SLOW please")
-    wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW"), 20, "the slow turn to reach the model")
+    wait_for(slow_seen, 20, "the slow turn to reach the model")
     mu("interrupt", "w/a", "never mind, say hi")
     waited = settled("3")
     assert (waited["runs"], waited["lastError"]) == (4, "interrupted")
     waited = settled("4")
     assert (waited["runs"], waited["lastText"]) == (5, "STUB: never mind, say hi")
+
+
+def test_qwen_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, qwen_env):
+    walk_the_agent_path("qwen", box, lambda text: at_the_model(qwen_env, text),
+                        lambda: seen_chat(qwen_env, "STUB_SLOW") > 0)
 
     # a steer while a prompt runs is the next prompt, in the same turn
     qwen_env.slow_s = 1.5
@@ -194,9 +204,6 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
 
 # -- mu itself killed at each step of a send, on an agent mu spawned --------------
 
-POINTS = ("intent-written", "request-written", "reply-read")
-
-
 def test_mu_killed_at_each_step_of_a_send_gives_qwen_each_message_once(box, qwen_env, tmp_path):
     """SIGKILL of mu between the intent and the call, with the request on
     the wire, and after the call before the record: `mu agent check`
@@ -204,20 +211,11 @@ def test_mu_killed_at_each_step_of_a_send_gives_qwen_each_message_once(box, qwen
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--send", "first")
     assert settled()["lastText"] == "STUB: first"
     (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-    for runs, point in enumerate(POINTS, start=1):
-        text = f"sent through a crash at {point}"
-        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
-        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
-        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
-        try:
-            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
-        finally:
-            conn.close()
-        checked = mu("agent", "check", "w/a", msg_id)
-        assert f"{msg_id} to w/a: accepted" in checked.stdout
-        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
-        assert at_the_model(qwen_env, text) == 1, point
-        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
+
+    def once(_msg_id: str, text: str) -> None:
+        assert at_the_model(qwen_env, text) == 1, text
+
+    claude_tests.send_through_each_crash(job, once)
     assert at_the_model(qwen_env, "first") == 1
     mu("agent", "close", "w/a")
 

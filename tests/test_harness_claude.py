@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import harness_fixture
 import pytest
@@ -57,6 +60,30 @@ def settled(*after: str) -> dict:
     out = json.loads(mu("wait", "w/a", *(("--after",) + after if after else ()), "--timeout", "30", "--json").stdout)
     assert out["event"] == "settled", out
     return out["observation"]
+
+
+SEND_POINTS = ("intent-written", "request-written", "reply-read")  # where a send's mu is killed
+
+
+def send_through_each_crash(job: Path, once: Callable[[str, str], None]) -> None:
+    """For each step of a send to w/a (SEND_POINTS): SIGKILL mu there, have
+    `mu agent check` resolve the delivery (accepted), and check that the
+    agent settled it, that its job took it once, and `once(msg_id, text)`
+    (the harness's own proof that it had the message once)."""
+    for runs, point in enumerate(SEND_POINTS, start=1):
+        text = f"sent through a crash at {point}"
+        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
+        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
+        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
+        try:
+            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
+        finally:
+            conn.close()
+        checked = mu("agent", "check", "w/a", msg_id)
+        assert f"{msg_id} to w/a: accepted" in checked.stdout
+        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
+        once(msg_id, text)
+        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
 
 
 def state_of(agent: str) -> dict:

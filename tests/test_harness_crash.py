@@ -26,14 +26,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 from pathlib import Path
 
 import harness_fixture
 import psutil
-from conftest import run_mu, wait_for
+from conftest import wait_for
 from test_harness_bridge import Bridge, bridge  # noqa: F401  (a fixture)
-from test_harness_claude import box, mu, settled  # noqa: F401  (box is a fixture)
+from test_harness_claude import SEND_POINTS, box, mu, send_through_each_crash, settled  # noqa: F401  (box is a fixture)
 
 from mu.harness.bridge.common import message_uuid
 
@@ -122,9 +121,6 @@ def test_a_harness_killed_before_it_has_the_message_is_given_it_again_once(bridg
 
 # -- mu itself killed, and the harness restarted, on an agent spawned by mu -----------
 
-POINTS = ("intent-written", "request-written", "reply-read")
-
-
 def test_mu_killed_at_each_step_of_a_send_and_claude_resumed_after_a_restart(box, claude_env, tmp_path):  # noqa: F811
     """SIGKILL of mu between the intent and the call, with the request on the
     wire, and after the call before the record: `mu agent check` resolves
@@ -135,28 +131,19 @@ def test_mu_killed_at_each_step_of_a_send_and_claude_resumed_after_a_restart(box
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claude", "--send", "first")
     assert settled()["lastText"] == "STUB: first"
     (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-    for runs, point in enumerate(POINTS, start=1):
-        text = f"sent through a crash at {point}"
-        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
-        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
-        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
-        try:
-            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
-        finally:
-            conn.close()
-        checked = mu("agent", "check", "w/a", msg_id)
-        assert f"{msg_id} to w/a: accepted" in checked.stdout
-        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
+
+    def once(msg_id: str, text: str) -> None:
         session = json.loads((job / "turn.json").read_text())["session"]
-        assert transcript_lines(home, session, message_uuid(msg_id)) == 1, point
-        assert at_the_model(claude_env, text) == 1, point
-        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
+        assert transcript_lines(home, session, message_uuid(msg_id)) == 1, text
+        assert at_the_model(claude_env, text) == 1, text
+
+    send_through_each_crash(job, once)
 
     first = psutil.Process(json.loads((job / "turn.json").read_text())["pid"]).children()[0]
     first.kill()
     wait_for(lambda: _resumed(job, first.pid), 30, "Claude started again with --resume")
     mu("send", "w/a", "after the restart")
-    waited = settled(str(len(POINTS) + 1))
+    waited = settled(str(len(SEND_POINTS) + 1))
     assert (waited["incarnation"], waited["lastText"]) == (1, "STUB: after the restart")
     assert at_the_model(claude_env, "first") == 1  # the same conversation, resumed
 

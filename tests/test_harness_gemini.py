@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 
 import harness_fixture
 import test_harness_claude as claude_tests
 from conftest import wait_for
+from test_harness_acp import walk_the_agent_path
 from test_harness_bridge import Bridge
 
 gemini_env, stub_model = harness_fixture.gemini_env, harness_fixture.stub_model  # the fixtures
@@ -60,28 +60,8 @@ def prompted(stub, text: str) -> int:
 
 
 def test_gemini_runs_the_agent_path_send_tool_collect_interrupt_fresh(box, gemini_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--worktree", "--send", "hello gemini")
-    assert settled()["lastText"] == "STUB: hello gemini"
-    assert at_the_model(gemini_env, "hello gemini") == 1  # the prompt reached the model once
-
-    mu("send", "w/a", "and a second one")
-    waited = settled("1")
-    assert (waited["runs"], waited["lastText"]) == (2, "STUB: and a second one")
-
-    mu("send", "w/a", "please STUB_TOOL")  # full-access: Gemini's yolo mode, nothing is asked
-    waited = settled("2")
-    assert (waited["runs"], waited["lastText"]) == (3, "STUB: tool done")
-    mu("collect", "w/a")
-    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
-
-    # an interrupt (session/cancel) settles the slow turn with its reason; its text is the next turn
-    mu("send", "w/a", "STUB_SLOW please")
-    wait_for(lambda: gemini_env.seen("STUB_SLOW please"), 20, "the slow turn to reach the model")
-    mu("interrupt", "w/a", "never mind, say hi")
-    waited = settled("3")
-    assert (waited["runs"], waited["lastError"]) == (4, "interrupted")
-    waited = settled("4")
-    assert (waited["runs"], waited["lastText"]) == (5, "STUB: never mind, say hi")
+    walk_the_agent_path("gemini", box, lambda text: at_the_model(gemini_env, text),
+                        lambda: gemini_env.seen("STUB_SLOW please"))
 
     mu("send", "w/a", "start over", "--fresh")
     wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
@@ -225,9 +205,6 @@ def test_the_bridge_killed_at_each_step_gives_gemini_each_message_once(gemini_en
         bridge.stop()
 
 
-POINTS = ("intent-written", "request-written", "reply-read")
-
-
 def test_mu_killed_at_each_step_of_a_send_gives_gemini_each_message_once(box, gemini_env, tmp_path):
     """SIGKILL of mu between the intent and the call, with the request on
     the wire, and after the call before the record: `mu agent check`
@@ -235,19 +212,10 @@ def test_mu_killed_at_each_step_of_a_send_gives_gemini_each_message_once(box, ge
     mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--send", "first")
     assert settled()["lastText"] == "STUB: first"
     (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-    for runs, point in enumerate(POINTS, start=1):
-        text = f"sent through a crash at {point}"
-        out = run_mu("send", "w/a", text, env={"MU_CRASH_AT": f"{point}@channel.send"})
-        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stderr)
-        conn = sqlite3.connect(os.path.join(os.environ["MU_STATE_DIR"], "mu.db"))
-        try:
-            (msg_id,) = conn.execute("SELECT msg_id FROM deliveries WHERE state = 'sending'").fetchone()
-        finally:
-            conn.close()
-        checked = mu("agent", "check", "w/a", msg_id)
-        assert f"{msg_id} to w/a: accepted" in checked.stdout
-        assert settled(str(runs))["lastText"] == f"STUB: {text}", point
-        assert prompted(gemini_env, text) == 1, point
-        assert len(list((job / "taken").glob(msg_id + "*"))) == 1
+
+    def once(_msg_id: str, text: str) -> None:
+        assert prompted(gemini_env, text) == 1, text
+
+    claude_tests.send_through_each_crash(job, once)
     assert prompted(gemini_env, "first") == 1
     mu("agent", "close", "w/a")

@@ -314,6 +314,18 @@ class StubModel:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
         return self._generate(handler, "STUB: " + first, stream=stream)
 
+    def _hold(self, handler: BaseHTTPRequestHandler, delay: Optional[float], keepalive: bytes) -> None:
+        """A slow answer: `keepalive` every 0.1 s for `delay` seconds, or until
+        the stub stops; an agent that hung up (an interrupt) shows as a
+        failed write, which ends the answer (OSError)."""
+        if not delay:
+            return
+        until = time.monotonic() + delay
+        while time.monotonic() < until and not self.stopping.is_set():
+            handler.wfile.write(keepalive)
+            handler.wfile.flush()
+            time.sleep(0.1)
+
     def _generate(self, handler: BaseHTTPRequestHandler, text: Optional[str], call: Optional[tuple] = None,
                   delay: Optional[float] = None, stream: bool = True) -> None:
         part = {"functionCall": {"name": call[0], "args": call[1]}} if call is not None else {"text": text}
@@ -332,12 +344,7 @@ class StubModel:
             if not stream:
                 handler.wfile.write(data)
             else:
-                if delay:
-                    until = time.monotonic() + delay
-                    while time.monotonic() < until and not self.stopping.is_set():
-                        handler.wfile.write(b": waiting\r\n\r\n")  # a hung-up agent shows as a failed write
-                        handler.wfile.flush()
-                        time.sleep(0.1)
+                self._hold(handler, delay, b": waiting\r\n\r\n")
                 handler.wfile.write(("data: %s\r\n\r\n" % json.dumps(answer)).encode())
             handler.wfile.flush()
             self.last_byte = time.time()
@@ -362,12 +369,7 @@ class StubModel:
 
         try:
             chunk({"role": "assistant", "content": ""})
-            if delay:
-                until = time.monotonic() + delay
-                while time.monotonic() < until and not self.stopping.is_set():
-                    handler.wfile.write(b": waiting\n\n")  # a hung-up agent shows as a failed write
-                    handler.wfile.flush()
-                    time.sleep(0.1)
+            self._hold(handler, delay, b": waiting\n\n")
             if call is not None:
                 chunk({"tool_calls": [{"index": 0, "id": "call_" + cid, "type": "function",
                                        "function": {"name": call[0], "arguments": json.dumps(call[1])}}]})
@@ -397,12 +399,7 @@ class StubModel:
 
         try:
             event({"type": "response.created", "response": {"id": rid}})
-            if delay:
-                until = time.monotonic() + delay
-                while time.monotonic() < until and not self.stopping.is_set():
-                    handler.wfile.write(b": waiting\n\n")  # a hung-up agent shows as a failed write
-                    handler.wfile.flush()
-                    time.sleep(0.1)
+            self._hold(handler, delay, b": waiting\n\n")
             if call is not None:
                 item = {"type": "function_call", "id": "fc_" + rid, "call_id": "call_" + rid, "name": call[0],
                         "arguments": json.dumps(call[1])}
