@@ -62,6 +62,19 @@ class Bridge:
                  f"runs {runs}: {self.turn()}")
         return self.turn()
 
+    def kill_with_unread(self, msg_id: str, text: str) -> None:
+        """Kill the harness with a message taken but unread: the harness
+        and what it runs are stopped (SIGSTOP), the message delivered and
+        taken (the bridge writes it to the harness's stdin, where it
+        stays), then all of them killed."""
+        tree = [self.harness()] + self.harness().children(recursive=True)
+        for process in tree:
+            process.suspend()
+        self.deliver(msg_id, text)
+        wait_for(lambda: (self.folder / "taken" / (msg_id + ".json")).exists(), 20, "the take")
+        for process in reversed(tree):
+            process.kill()
+
     def harness(self) -> psutil.Process:
         return psutil.Process(self.proc.pid).children()[0]
 

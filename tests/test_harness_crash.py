@@ -185,13 +185,7 @@ def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env
         bridge.start()
         bridge.deliver("m-1", "first")
         bridge.wait_runs(1)
-        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
-        for process in tree:
-            process.suspend()
-        bridge.deliver("m-2", "second while stopped")
-        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
-        for process in reversed(tree):
-            process.kill()
+        bridge.kill_with_unread("m-2", "second while stopped")
         turn = bridge.wait_runs(2)
         assert (turn["lastText"], turn["incarnation"]) == ("STUB: second while stopped", 1), turn
         assert "lastError" not in turn

@@ -128,13 +128,7 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
         first_session = bridge.turn()["session"]
 
         # unread: suspended, then killed with the message in its pipe
-        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
-        for process in tree:
-            process.suspend()
-        bridge.deliver("m-2", "second while stopped")
-        wait_for(lambda: (bridge.folder / "taken" / "m-2.json").exists(), 20, "the take")
-        for process in reversed(tree):
-            process.kill()
+        bridge.kill_with_unread("m-2", "second while stopped")
         turn = bridge.wait_runs(1)  # the new incarnation's first turn is the message it never had
         wait_for(lambda: bridge.turn()["incarnation"] == 2 and bridge.turn()["runs"] == 1, 60, "the new session")
         turn = bridge.turn()
