@@ -1,7 +1,7 @@
 """Bench 14: real coding agents behind mu-bridge, against the same agent driven bare.
 
 For each harness installed by tests/harnesses/install.sh (Claude Code,
-Codex, pi, and Qwen Code and Gemini CLI as the ACP agents), against the tests' stub model on 127.0.0.1
+Codex, pi, and Qwen Code, Gemini CLI and OpenCode as the ACP agents), against the tests' stub model on 127.0.0.1
 (tests/harnesses/stub_model.py, which answers at once):
 
 - a turn's end: from the stub's last byte of the turn's answer to `mu wait
@@ -49,7 +49,7 @@ TIMEOUT_S = 60.0
 TARGET = 1.2
 ACP_TARGET = 1.3  # issue 27: the ACP bridge's turn with one tool call
 PI_FLAGS = ("--provider", "stub", "--model", "stub-model")
-ACP = ("qwen", "gemini")  # the agents behind the ACP bridge
+ACP = ("qwen", "gemini", "opencode")  # the agents behind the ACP bridge
 TOOL = {name: "STUB_TOOL " for name in ACP}  # an ACP agent's turn is one shell tool call
 
 
@@ -89,6 +89,15 @@ def environment(name: str, program: str, stub, folder: str) -> Dict[str, str]:
     elif name == "qwen":
         env.update(MU_HARNESS_QWEN=program, OPENAI_BASE_URL=stub.url + "/v1", OPENAI_API_KEY="sk-stub",
                    OPENAI_MODEL="stub-model")
+    elif name == "opencode":
+        config = {"model": "stub/stub-model", "autoupdate": False, "share": "disabled",
+                  "provider": {"stub": {"npm": "@ai-sdk/openai-compatible", "name": "stub",
+                                        "options": {"baseURL": stub.url + "/v1", "apiKey": "sk-stub"},
+                                        "models": {"stub-model": {"name": "stub-model"}}}}}
+        # nothing fetched past the stub (tests/harness_fixture.py)
+        env.update(MU_HARNESS_OPENCODE=program, OPENCODE_CONFIG_CONTENT=json.dumps(config),
+                   OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
+                   OPENCODE_DISABLE_LSP_DOWNLOAD="1", OPENCODE_DISABLE_SHARE="1", npm_config_offline="true")
     elif name == "gemini":
         # usage statistics off: on, it looks up Google's servers (tests/harness_fixture.py)
         os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
@@ -122,7 +131,7 @@ class Bare:
         elif name == "pi":
             argv = [program, "--mode", "rpc", *PI_FLAGS]
         elif name in ACP:
-            argv = [program, "--acp"]
+            argv = [program, "acp" if name == "opencode" else "--acp"]
         else:
             argv = [program, "app-server"]
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -350,7 +359,8 @@ def bench_one(name: str, program: str, stub, opts: harness.Options) -> Tuple[Lis
         subprocess.run(mu("host", "release", "box"), env=env, cwd=repo, capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
     end = {"claude": "`result`", "codex": "`turn/completed`", "pi": "`agent_end`",
-           "qwen": "answer to `session/prompt`", "gemini": "answer to `session/prompt`"}[name]
+           "qwen": "answer to `session/prompt`", "gemini": "answer to `session/prompt`",
+           "opencode": "answer to `session/prompt`"}[name]
     first = {"claude": "`initialize`", "codex": "`thread/start`", "pi": "`get_state`"}.get(name, "`session/set_mode`")
     target = ACP_TARGET if name in ACP else TARGET
     start = "the message given" if name in ACP else "stub's last byte"
@@ -384,7 +394,7 @@ def body(opts: harness.Options) -> None:
     notes: List[str] = []
     stub = StubModel().start()
     try:
-        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex pi qwen gemini").split():
+        for name in (os.environ.get("MU_BENCH_HARNESSES") or "claude codex pi qwen gemini opencode").split():
             program = installed(name)
             if program is None:
                 notes.append(f"{name}: not installed (sh tests/harnesses/install.sh installs it); not measured")

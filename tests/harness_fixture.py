@@ -166,3 +166,27 @@ def gemini_env(stub_model, monkeypatch, tmp_path):
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     })
     return stub_model
+
+
+@pytest.fixture
+def opencode_env(stub_model, monkeypatch, tmp_path):
+    """The environment a test's mu runs OpenCode in (`opencode acp`): the
+    stub as a provider of its own (Chat Completions), given in
+    OPENCODE_CONFIG_CONTENT; nothing it would fetch (its model catalogue,
+    updates, a language server) and npm offline for the dependency it
+    installs in its config folder at each start (that install fails
+    quietly, and it runs on); HOME is the test's own."""
+    program = harness_program("opencode")
+    config = {"model": "stub/stub-model", "autoupdate": False, "share": "disabled",
+              "provider": {"stub": {"npm": "@ai-sdk/openai-compatible", "name": "stub",
+                                    "options": {"baseURL": stub_model.url + "/v1", "apiKey": "sk-stub-not-a-key"},
+                                    "models": {"stub-model": {"name": "stub-model"}}}}}
+    monkeypatch.delenv("OPENCODE_PERMISSION", raising=False)
+    set_env(monkeypatch, tmp_path, {
+        "MU_HARNESS_OPENCODE": str(program),
+        "OPENCODE_CONFIG_CONTENT": json.dumps(config),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1",
+        "npm_config_offline": "true",
+    })
+    return stub_model

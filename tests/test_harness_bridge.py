@@ -139,7 +139,7 @@ def test_the_zipapp_is_the_same_bytes_every_time_and_runs_with_python3_alone(tmp
     env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH: nothing of mu is found beside it
     helped = subprocess.run(["python3", str(path), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=30)
-    assert helped.returncode == 0 and helped.stderr.startswith("usage: mu-bridge (claude | codex | pi | acp | qwen | gemini) ")
+    assert helped.returncode == 0 and helped.stderr.startswith("usage: mu-bridge (claude | codex | pi | acp | qwen | gemini | opencode) ")
     bad = subprocess.run(["python3", str(path), "nobody"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=30)
     assert bad.returncode == 2 and "mu-bridge: no harness 'nobody'" in bad.stderr and "usage: mu-bridge" in bad.stderr

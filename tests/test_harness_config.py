@@ -64,7 +64,7 @@ def test_ask_is_refused_for_a_harness_that_cannot_ask_before_any_call(config, ex
     out = run_mu("agent", "spawn", "w/a", "--host", "box", "--ask", *extra)
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines() == [
-        f"mu: --ask needs a harness that can ask for approval (claude, codex, qwen, gemini or an acp agent), not {which}"], out.stderr
+        f"mu: --ask needs a harness that can ask for approval (claude, codex, qwen, gemini, opencode or an acp agent), not {which}"], out.stderr
 
 
 @pytest.mark.parametrize("text, says", [

@@ -84,6 +84,6 @@ def test_a_spawn_of_pi_that_asks_for_approval_is_refused_before_anything_is_writ
     exit 2, one line, on a real host: no job, no agent, nothing on the host."""
     out = claude_tests.run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "pi", "--ask", "--send", "hi")
     assert out.returncode == 2, (out.stdout, out.stderr)
-    assert out.stderr == "mu: --ask needs a harness that can ask for approval (claude, codex, qwen, gemini or an acp agent), not pi\n"
+    assert out.stderr == "mu: --ask needs a harness that can ask for approval (claude, codex, qwen, gemini, opencode or an acp agent), not pi\n"
     assert json.loads(mu("agent", "list", "--json").stdout) == []
     assert not list(box.parent.rglob("turn.json")) and not pi_env.requests

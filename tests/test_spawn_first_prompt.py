@@ -357,7 +357,7 @@ def test_bad_first_prompts_and_harnesses_are_refused(provider, extra, says):
     assert out.returncode == 2, out.stderr
     assert says in one_error_line(out)
     if "nope" in says:
-        assert "acp, claude, codex, demo, pi, qwen, sh" in out.stderr  # the list of harnesses
+        assert "acp, claude, codex, demo, gemini, opencode, pi, qwen, sh" in out.stderr  # the list of harnesses
     p.nothing_written()
     assert p.methods() == []
 

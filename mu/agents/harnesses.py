@@ -97,8 +97,8 @@ def command_line(harness: str, own: str, role: str = "full-access", ask: bool = 
     return f"{line} --ask" if ask else line
 
 
-ASKING_HARNESSES = ("claude", "codex", "acp", "qwen", "gemini")  # the bridge maps --ask onto their own asking mode
-ASKING = "claude, codex, qwen, gemini or an acp agent"  # the same, as a person reads it
+ASKING_HARNESSES = ("claude", "codex", "acp", "qwen", "gemini", "opencode")  # the bridge maps --ask onto their own asking mode
+ASKING = "claude, codex, qwen, gemini, opencode or an acp agent"  # the same, as a person reads it
 NAMED_BY_PROGRAM = ("acp",)  # harnesses with no program of their own: the person names it
 
 

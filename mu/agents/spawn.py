@@ -104,10 +104,11 @@ HARNESSES: Dict[str, Optional[str]] = {
     "pi": "mu-bridge pi",
     # an agent of the Agent Client Protocol: the one MU_HARNESS_ACP (or the
     # config file's harnesses.acp.program) names, and the presets of Qwen
-    # Code and Gemini CLI
+    # Code, Gemini CLI and OpenCode
     "acp": "mu-bridge acp",
     "qwen": "mu-bridge qwen",
     "gemini": "mu-bridge gemini",
+    "opencode": "mu-bridge opencode",
 }
 
 

@@ -39,6 +39,9 @@ cp "$here/package.json" "$here/package-lock.json" "$tmp/"
 mkdir "$tmp/acp"
 cp "$here/acp/package.json" "$tmp/acp/"
 (cd "$tmp/acp" && npm install --ignore-scripts --no-package-lock --no-audit --no-fund --loglevel=error >&2)
+# OpenCode's install step, likewise, only links its platform binary (an
+# optional dependency, already here) in place of its bin stub.
+(cd "$tmp/acp/node_modules/opencode-ai" && node postinstall.mjs >&2)
 touch "$tmp/.installed"
 rm -rf "$dest"
 mv "$tmp" "$dest"

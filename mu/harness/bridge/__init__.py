@@ -1,6 +1,7 @@
 """mu-bridge: a real coding agent behind mu's turn files.
 
-Usage: mu-bridge (claude | codex | pi | acp | qwen | gemini) [--dir <folder>] [--program <command line>] [--role <role>] [--ask]
+Usage: mu-bridge (claude | codex | pi | acp | qwen | gemini | opencode) [--dir <folder>] [--program <command line>]
+                  [--role <role>] [--ask]
                   [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]
 
 It runs as a job's process (in its pane).  It starts the harness in its
@@ -16,8 +17,8 @@ stream-json --verbose --permission-prompt-tool stdio --session-id <id>`
 (`--resume <id>` once the session has a transcript); Codex as `codex
 app-server` (JSON-RPC: a thread, a turn per message); pi as `pi --mode
 rpc`; an agent of the Agent Client Protocol (acp: the one --program or
-$MU_HARNESS_ACP names; qwen: `qwen --acp`; gemini: `gemini --acp`) with
-a session and a
+$MU_HARNESS_ACP names; qwen: `qwen --acp`; gemini: `gemini --acp`;
+opencode: `opencode acp`) with a session and a
 `session/prompt` per message.  The program is --program, else
 $MU_HARNESS_<NAME>, else the harness's program on PATH (acp has none: it
 is refused, exit 2, without one); a command line (split as sh would

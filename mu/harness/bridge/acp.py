@@ -1,7 +1,7 @@
 """Agents of the Agent Client Protocol behind the bridge: `acp` (any ACP
 agent, its program named by --program or $MU_HARNESS_ACP) and the presets
 that name a program and its modes (qwen: `qwen --acp`; gemini: `gemini
---acp`).  ACP keeps no
+--acp`; opencode: `opencode acp`).  ACP keeps no
 message id the client gives, so the receipt is the bridge's, as pi's is:
 a mark of the session's user messages taken before the agent has the
 message, checked against the history `session/load` replays.
@@ -57,11 +57,16 @@ class Acp(Harness):
         self.asked = {}  # a permission request's id -> its options
         self.text = None  # the agent's last message of the prompt under way
         self.how = None  # how its session began: "new", "load" (the history replayed) or "resume" (not)
-        self.spawn(self.program + list(self.ARGS) + self.extra)
+        self.spawn(self.program + list(self.ARGS) + self.extra, self.environment())
         self.call("mu-init", "initialize", {"protocolVersion": 1, "clientInfo": {"name": "mu-bridge", "version": "1"},
                                             "clientCapabilities": {"fs": {"readTextFile": False,
                                                                           "writeTextFile": False},
                                                                    "terminal": False}})
+
+    def environment(self):
+        """The agent's environment: None, the bridge's own, unless a preset
+        carries its role there."""
+        return None
 
     def call(self, rid, method, params):
         self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -323,3 +328,36 @@ class Gemini(Acp):
                         if not text.startswith("<session_context>"):
                             texts.append(text)
         return texts
+
+
+class OpenCode(Acp):
+    """OpenCode (`opencode acp`).  It offers no session modes for the roles
+    (its `build` and `plan` agents are a config option, and neither makes
+    it ask), so the role travels in its permission settings instead:
+    $OPENCODE_PERMISSION, which OpenCode lays over its config's
+    `permission`.  full-access leaves them as they are, and any permission
+    OpenCode asks anyway is allowed at once; --ask sets `edit` and `bash`
+    to `ask`, so a change or a command is `blocked` until answered;
+    read-only sets both to `deny`, so it reads and answers and changes
+    nothing.  What the person's own $OPENCODE_PERMISSION says of other
+    tools is kept."""
+
+    name = "opencode"
+    variable, default = "MU_HARNESS_OPENCODE", "opencode"
+    ARGS = ("acp",)
+    ROLE_PERMISSION = {"ask": "ask", "plan": "deny"}  # edit and bash, by purpose
+
+    def environment(self):
+        purpose = "plan" if self.role == "read-only" else "ask" if self.ask else "never"
+        if purpose not in self.ROLE_PERMISSION:
+            return None
+        try:
+            own = json.loads(os.environ.get("OPENCODE_PERMISSION") or "{}")
+        except ValueError:
+            own = {}
+        permission = dict(own if isinstance(own, dict) else {})
+        permission.update(edit=self.ROLE_PERMISSION[purpose], bash=self.ROLE_PERMISSION[purpose])
+        return dict(os.environ, OPENCODE_PERMISSION=json.dumps(permission, sort_keys=True))
+
+    def _mode(self, modes):
+        return None, None  # the role is in its permissions (above), not a mode

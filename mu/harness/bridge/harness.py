@@ -87,10 +87,12 @@ class Harness:
         self.lock = threading.Lock()
         self.log_lock = threading.Lock()  # harness.log: its stderr and the lines skipped
 
-    def spawn(self, argv):
+    def spawn(self, argv, env=None):
+        """Start the harness (`env`: its whole environment, None for the
+        bridge's own) and the threads that read it."""
         try:
             self.proc = subprocess.Popen(argv, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+                                         stderr=subprocess.PIPE, preexec_fn=die_with_parent, env=env)
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc

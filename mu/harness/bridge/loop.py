@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from .acp import Acp, Gemini, Qwen
+from .acp import Acp, Gemini, OpenCode, Qwen
 from .claude import Claude
 from .codex import Codex
 from .common import (
@@ -46,7 +46,8 @@ from .wake import watch
 
 # The harnesses, by the name mu-bridge's first argument gives: a new harness
 # is its module and its line here.
-HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen, "gemini": Gemini}
+HARNESSES = {"claude": Claude, "codex": Codex, "pi": Pi, "acp": Acp, "qwen": Qwen, "gemini": Gemini,
+             "opencode": OpenCode}
 USAGE = ("usage: mu-bridge (%s) [--dir <folder>] [--program <command line>] [--role <role>]"
          " [--ask] [--poll <seconds>] [--skill <encoded SKILL.md>] [-- <extra args>]" % " | ".join(HARNESSES))
 
