@@ -139,8 +139,8 @@ def test_call_result_that_breaks_the_schema_exits_5(fake):
 def test_add_refuses_bad_names(plugin_dir, name, isolated):
     out = run_mu("plugin", "add", name, "--", str(plugin_dir / f"mu-plugin-{name}"))
     assert out.returncode == 2
-    # "-x" reads as an option, so it is bad usage rather than a bad name
-    assert ("usage" if name.startswith("-") else "name") in out.stderr
+    # "-x" reads as an option, so it is an unknown option rather than a bad name
+    assert ("unknown option -x" if name.startswith("-") else "name") in out.stderr
     assert plugin_rows(isolated) == []
 
 

@@ -12,9 +12,9 @@ Options:
   --host <host>       The host the agent runs on: a provider host, or a --plugin profile.
   --worktree          Run in a git worktree of its own on the host, made from a commit of this checkout.
   --from <rev>        The commit the worktree starts from, HEAD when not given.
-  --harness <h>       The agent program: sh (runs --command), demo, claude, codex or pi; without it, $MU_HARNESS, the config file's harness, else sh.
+  --harness <h>       The agent program: sh (runs --command), demo, claude, codex, pi, qwen, gemini, opencode or acp; without it, $MU_HARNESS, the config file's harness, else sh.
   --role <role>       full-access or read-only [default: full-access].
-  --ask               The harness asks before each command (claude, codex): blocked until mu answer.
+  --ask               The harness asks before each command (claude, codex, an ACP agent): blocked until mu answer.
   --command <cmd>     The agent's command line.
   --env <k=v>         A variable of the agent's environment; repeatable.
   --send <text>       The agent's first prompt (- reads it from standard input).

@@ -74,9 +74,11 @@ Prints <verb>'s usage, or without one mu's usage and its verbs."""
 
 def group_module(verb: str) -> ModuleType:
     if verb not in GROUPS:
+        from mu.cli.misuse import meant
         from mu.errors import UsageError
 
-        raise UsageError(f"{verb!r} is not a mu verb", "`mu help` lists the verbs")
+        raise UsageError(f"{verb!r} is not a mu verb{meant(verb, list(GROUPS) + ['help'])}",
+                         "`mu help` lists the verbs")
     name = GROUPS[verb]
     __import__(name)  # not importlib: its package costs a short verb a millisecond
     return sys.modules[name]
@@ -100,6 +102,11 @@ def parse(module: ModuleType, argv: List[str]) -> dict:
     try:
         args = docopt(module.__doc__, argv=argv, default_help=False)
     except DocoptExit:
+        from mu.cli.misuse import explain
+
+        named = explain(module.__doc__ or "", argv)  # what in particular was wrong, where it can be told
+        if named is not None:
+            raise UsageError(*named) from None
         raise UsageError(f"bad usage of `mu {argv[0]}`", f"`mu help {argv[0]}` prints its usage") from None
     check_texts(args)
     return args
