@@ -20,6 +20,7 @@ import random
 import sys
 import time
 
+import psutil
 import pytest
 from conftest import ROOT, wait_for
 from test_harness_bridge import Bridge, standalone
@@ -79,6 +80,42 @@ def test_bad_lines_from_the_harness_are_skipped_and_the_turn_settles_and_its_exi
         assert "Traceback" not in bridge.log.read_text()
     finally:
         bridge.stop()
+
+
+@pytest.mark.parametrize("name", ("claude", "acp"))
+def test_a_harness_that_exits_leaving_a_child_on_its_output_is_seen_to_exit(name, tmp_path, monkeypatch):
+    """Its exit is the process's end, not its output's: a child it left
+    behind that holds its stdout (here a `sleep 60`) delays the report by
+    the drain's bound at most, and the turn does not stay busy for it."""
+    monkeypatch.setenv(VARIABLES[name], f"{sys.executable} {FAKE} {name}")
+    monkeypatch.setenv("FAKE_HARNESS_EXIT", "7")
+    monkeypatch.setenv("FAKE_HARNESS_ORPHAN", "60")
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", name)
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "exit")
+        wait_for(lambda: f"mu-bridge: {name} exited (7)" in bridge.log.read_text(), 10, "the exit")
+        # started again (the message it never had is given again, so it exits again: the fake's way)
+        wait_for(lambda: bridge.log.read_text().count(f"{name} exited (7)") > 1, 10, "the restart")
+        assert _orphans(tmp_path), "the fake left no child on its output: the test proves nothing"
+    finally:
+        bridge.stop()
+        for orphan in _orphans(tmp_path):
+            orphan.kill()
+
+
+def _orphans(tmp_path) -> list:
+    """The `sleep` children the fake left behind (they carry the job folder in their environment)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]
+            and _environ(p).get("MU_DEMO_AGENT_DIR", "").startswith(str(tmp_path))]
+
+
+def _environ(process: psutil.Process) -> dict:
+    try:
+        return process.environ()
+    except psutil.Error:
+        return {}
 
 
 # -- the fuzzers ---------------------------------------------------------------

@@ -18,7 +18,8 @@ is given, it prints the bytes of the file $FAKE_HARNESS_LINES (any bytes:
 lines that are not JSON, events of the wrong shape), then a good end of
 the turn whose text is "FAKE: <the message's text>".  With
 $FAKE_HARNESS_EXIT set, once a message whose text is "exit" arrives it
-prints the bad lines again and exits with that code.
+prints the bad lines again and exits with that code (leaving behind a
+`sleep $FAKE_HARNESS_ORPHAN` that holds its stdout, when that is set).
 
 Recorded events of the real harness (tests/harnesses/recorded) replay
 through it: $FAKE_HARNESS_INSTEAD names a file whose lines it prints for
@@ -32,6 +33,7 @@ turns (a turn no message asked for).  Standard library only.
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -87,6 +89,8 @@ def then():
 def maybe_exit(text):
     if text == "exit" and os.environ.get("FAKE_HARNESS_EXIT"):
         bad_lines()
+        if os.environ.get("FAKE_HARNESS_ORPHAN"):  # a child that outlives it, holding its stdout
+            subprocess.Popen(["sleep", os.environ["FAKE_HARNESS_ORPHAN"]], start_new_session=True)
         sys.exit(int(os.environ["FAKE_HARNESS_EXIT"]))
 
 

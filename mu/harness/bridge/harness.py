@@ -62,6 +62,8 @@ from .common import (
     well_formed,
 )
 
+DRAIN_S = 2.0  # after the harness exits, how long its report waits for the end of its output
+
 
 class Harness:
     name = ""
@@ -96,7 +98,9 @@ class Harness:
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
-        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        reader.start()
+        threading.Thread(target=self._reap, args=(proc, reader), daemon=True).start()
         self.stderr_reader = threading.Thread(target=self._errors, args=(proc,), daemon=True)
         self.stderr_reader.start()
 
@@ -104,19 +108,23 @@ class Harness:
         """Its stdout, one JSON event a line, until it ends.  Whatever bytes
         the harness prints, this thread neither dies nor stops reading: a
         line that is not a JSON object, or that translate() cannot read, is
-        logged (harness.log and the pane) and skipped, and the process's
-        exit is always put on `events`, so a turn never waits on a reader
-        that is gone (docs/harnesses.md, "What the bridge writes")."""
+        logged (harness.log and the pane) and skipped (docs/harnesses.md,
+        "What the bridge writes")."""
         try:
             for raw in read_lines(proc.stdout):
                 self._take(proc, raw)
         except Exception as exc:  # noqa: BLE001 (a read that fails ends the reading, never the exit's report)
             self.skipped("its output could not be read: %s" % (exc,))
-        finally:
-            try:
-                proc.wait()
-            finally:
-                self.events.put((proc, ("exit", proc.returncode)))
+
+    def _reap(self, proc, reader):
+        """Put the harness's exit on `events` once the process is gone.  Its
+        last lines come first when its output ends within DRAIN_S of the
+        exit; a process it left behind that still holds the pipe (a child
+        that outlived it) delays the report by no more than that, so a turn
+        never waits on an end of output that may never come."""
+        proc.wait()
+        reader.join(DRAIN_S)
+        self.events.put((proc, ("exit", proc.returncode)))
 
     def _take(self, proc, raw):
         """One line of the harness's output: its events on `events`, or the line skipped."""
