@@ -23,6 +23,16 @@ def world(tmp_path, plugin_dir, monkeypatch):
     return made
 
 
+def reading(world: World, since: int) -> None:
+    """Wait until a `mu wait` started after the fake plugin's log was
+    `since` characters long has read the turns once (its cursor is set)."""
+    wait_for(lambda: '"channel.readStates"' in world.log.read_text()[since:], BOUND_S, "the wait's first read")
+
+
+def log_size(world: World) -> int:
+    return len(world.log.read_text()) if world.log.exists() else 0
+
+
 def waited(*args: str):
     out = run_mu("wait", *args, "--json", timeout=BOUND_S + 10)
     document = json.loads(out.stdout) if out.stdout.strip() else None
@@ -63,8 +73,9 @@ def test_a_block_fires_once_and_a_new_block_fires_again(world):
 
 def test_a_block_that_comes_while_waiting_ends_the_wait(world):
     world.agent("ws/a", runs=0, state="busy")
+    since = log_size(world)
     proc = start_mu("wait", "ws/a", "--timeout", str(BOUND_S))
-    time.sleep(1.0)
+    reading(world, since)
     world.turn("ws/a", "blocked", 0, 1, pending=ASKS)
     code, out, err = finish(proc)
     assert code == 6, err
@@ -104,8 +115,9 @@ def test_new_waits_past_a_turn_that_settled_before_it(world):
     out = run_mu("wait", "ws/a", "--after", "0", "--timeout", "3", "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["detail"]["beforeWait"] is True
     assert "before this wait began" in run_mu("wait", "ws/a", "--after", "0", "--timeout", "3").stdout
+    since = log_size(world)
     proc = start_mu("wait", "ws/a", "--new", "--json", "--timeout", str(BOUND_S))
-    time.sleep(0.8)
+    reading(world, since)
     world.turn("ws/a", "idle", 2, 1, text="after")
     code, out_text, err = finish(proc)
     assert code == 0, err
@@ -124,13 +136,33 @@ def test_all_ends_on_a_block_too(world):
     world.agent("ws/a", runs=0, state="busy")
     world.agent("ws/b", runs=0, state="busy")
     world.turn("ws/a", "blocked", 0, 1, pending=ASKS)
+    since = log_size(world)
     proc = start_mu("wait", "ws/a", "ws/b", "--all", "--json", "--timeout", str(BOUND_S))
-    time.sleep(1.0)
+    reading(world, since)
     world.turn("ws/b", "idle", 1, 1, text="done")
     code, out, err = finish(proc)
     assert code == 6, err
     seen = json.loads(out)
     assert [(e["agent"], e["event"]) for e in seen] == [("ws/a", "blocked"), ("ws/b", "settled")]
+
+
+def test_all_counts_every_agent_from_the_wait_s_start(world):
+    """A settle that comes between two rounds of `--all` (here: while the
+    first round's event is being reported) is the next round's event: each
+    agent's cursor is taken once, at the wait's start, not again at each
+    round."""
+    import mu.api
+
+    world.agent("ws/a", runs=0, state="busy")
+    world.agent("ws/b", runs=0, state="busy")
+    world.turn("ws/a", "blocked", 0, 1, pending=ASKS)
+
+    def report(result) -> None:
+        if result.agent == "ws/a":
+            world.turn("ws/b", "idle", 1, 1, text="done")
+
+    seen = mu.api.wait_all(["ws/a", "ws/b"], None, None, float(BOUND_S), report)
+    assert [(r.agent, r.event) for r in seen] == [("ws/a", "blocked"), ("ws/b", "settled")]
 
 
 def test_no_collect_is_owed_by_an_agent_without_a_worktree_on_a_host_with_a_deadline(world):

@@ -123,7 +123,7 @@ def first(agent_names: List[str], marks: Dict[str, int], after: Optional[int], t
         report(_of_agent(event))
 
     try:
-        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also, **({"new": True, "marks": started} if new else {}))
+        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also, new=new, marks=started)
     except TaskFired as fired:
         report(fired.fired)
         return fired.fired
@@ -145,7 +145,7 @@ def wait(agent_names: List[str], task_ids: List[str], after: Optional[int], time
     agents_left = list(dict.fromkeys(agent_names))
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     seen: List[Fired] = []
-    started: Dict[str, Any] = {}  # with `new`: each agent's cursor as the first round took it
+    started: Dict[str, Any] = {}  # each agent's cursor as the first round took it, for every round
     while True:
         left_s = timeout_s if until is None or not seen else max(0.0, until.monotonic - time.monotonic())
         fired = first(agents_left, marks, after, left_s, agent_wait, report, new, started)

@@ -208,9 +208,10 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     with the event before that collect; `also`, when given, on every turn
     of the loop (mu.agents.taskwait: it raises to end the wait); `new`:
     only what happens after the wait starts (the cursor is the runs now);
-    `marks`, with `new`: each agent's cursor and start as a first wait
-    took them (filled in by it), so a wait again (`mu wait --all --new`)
-    counts from the same moment and misses nothing.
+    `marks`: each agent's cursor and start as a first wait took them
+    (filled in by it), so a wait again (the next round of `mu wait --all`)
+    counts from the same moment and misses nothing that settled between
+    the rounds.
     Raises `TimedOut` (exit 124) when `timeout_s` runs out first,
     `NotFound`/`UsageError` (exit 2) for bad input (`after` with `new`)."""
     check_after(after)
@@ -259,8 +260,11 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
     if not live:
         raise UsageError("no live agent to wait for", "`mu agent list` shows the agents and their liveness")
     try:
-        for w in live:
-            found = _start(w, after, clients, new, marks)
+        # every cursor first: an event found at one agent's start ends this
+        # round, and the next round counts the others from the same moment
+        marked = [w for w in live if _mark(w, after, clients, new, marks)]
+        for w in marked:
+            found = _start(w, clients)
             if found is not None:
                 return found
         return _loop(live, until, timeout_s, margin_ms, clients, also, new)
@@ -378,24 +382,31 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients, new: bo
     # else: no cursor mu can name; the watch's reply names the plugin's
 
 
-def _start(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False,
-           marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Optional[Event]:
-    """Set up one agent's watch (or its polling); an event when one is
-    already there to report."""
+def _mark(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False,
+          marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> bool:
+    """Take one agent's cursor (or an earlier round's, from `marks`);
+    False when it has no channel (only its liveness and its host's
+    deadline can end the wait)."""
     assert w.job is not None and w.host is not None
-    seam = readings.channel_seam(w.agent.plugin)
-    if seam is None:
-        return None  # no channel: only its liveness and its host's deadline can end the wait
-    w.reads_blocks = True
-    known = (marks or {}).get(w.name) if new else None
+    if readings.channel_seam(w.agent.plugin) is None:
+        return False
+    known = (marks or {}).get(w.name)
     if known is not None:
-        w.cursor, w.inc, w.started_ms = known  # an earlier round of the same wait took them
+        w.cursor, w.inc, w.started_ms, w.fresh_from = known  # an earlier round of the same wait took them
     else:
         if new:
             w.started_ms = int(time.time() * 1000)  # a block that began before does not count
         _cursor(w, after, clients, new)
-        if new and marks is not None:
-            marks[w.name] = (w.cursor, w.inc, w.started_ms)
+        if marks is not None:
+            marks[w.name] = (w.cursor, w.inc, w.started_ms, w.fresh_from)
+    return True
+
+
+def _start(w: Watched, clients: readings.Clients) -> Optional[Event]:
+    """Set up one marked agent's watch (or its polling); an event when one
+    is already there to report."""
+    seam = readings.channel_seam(w.agent.plugin) or {}
+    w.reads_blocks = True
     if (seam.get("caps") or {}).get("watch") == "stream" and _watch(w, clients):
         return None
     w.polling = True
