@@ -82,6 +82,59 @@ def walk_the_agent_path(harness: str, box, once: Callable[[str], int], slow_seen
     assert (waited["runs"], waited["lastText"]) == (5, "STUB: never mind, say hi")
 
 
+def start_over_and_read(harness: str, secret: str, forgot: Callable[[], bool]) -> None:
+    """`--fresh` of w/a under mu (after walk_the_agent_path): a new
+    incarnation whose first turn is the message, a session that has
+    `forgot` the old conversation, a pane that shows the old turns and no
+    `secret` of the agent's environment; then the close."""
+    mu("send", "w/a", "start over", "--fresh")
+    waited = claude_tests.settled_fresh()
+    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
+    assert forgot()  # a new session: none of the old conversation
+    read = mu("agent", "read", "w/a", "-n", "60").stdout
+    assert f"{harness}: STUB: hello {harness}" in read and "tool " in read
+    assert secret not in read
+    mu("agent", "close", "w/a")
+
+
+def ask_then_answer(harness: str, box, asks: Callable[[str], bool], keys: str, key: str) -> None:
+    """w/a spawned `--ask` with a worktree: a shell tool call is a blocked
+    turn (`mu wait` exits 6 with the event) whose question `asks` what it
+    would run and offers the agent's options as `keys`; `mu answer` with
+    `key` lets it run, and its commit is collected; then the close."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", harness, "--worktree", "--ask", "--send", "hi")
+    assert settled()["lastText"] == "STUB: hi"
+    mu("send", "w/a", "please STUB_TOOL")
+    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
+    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
+    assert json.loads(out.stdout)["event"] == "blocked"
+    asked = state_of("w/a")["reason"]
+    assert asks(asked) and asked.endswith(f"(mu answer w/a {keys})"), asked
+    mu("answer", "w/a", key)
+    waited = settled("1")
+    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
+    mu("collect", "w/a")
+    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
+    mu("agent", "close", "w/a")
+
+
+def send_through_each_crash_of_mu(harness: str, tmp_path, once: Callable[[str], int]) -> None:
+    """SIGKILL of mu between the intent and the call, with the request on
+    the wire, and after the call before the record, on w/a spawned with
+    the `harness`: `mu agent check` resolves each (accepted), and each
+    message, the first prompt too, reaches the model `once`."""
+    mu("agent", "spawn", "w/a", "--host", "box", "--harness", harness, "--send", "first")
+    assert settled()["lastText"] == "STUB: first"
+    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
+
+    def given_once(_msg_id: str, text: str) -> None:
+        assert once(text) == 1, text
+
+    claude_tests.send_through_each_crash(job, given_once)
+    assert once("first") == 1
+    mu("agent", "close", "w/a")
+
+
 def test_qwen_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, qwen_env):
     walk_the_agent_path("qwen", box, lambda text: at_the_model(qwen_env, text),
                         lambda: seen_chat(qwen_env, "STUB_SLOW") > 0)
@@ -95,35 +148,12 @@ def test_qwen_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, q
     assert (waited["runs"], waited["lastText"]) == (6, "STUB: and this too")
     assert at_the_model(qwen_env, "and this too") == 1
 
-    mu("send", "w/a", "start over", "--fresh")
-    # `--after 0` is the first settle after run 0 of the incarnation the wait finds: the new one, once taken
-    wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
-    waited = settled("0")
-    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
-    assert seen_chat(qwen_env, "hello qwen") == 0  # a new session: none of the old conversation
-    read = mu("agent", "read", "w/a", "-n", "60").stdout
-    assert "qwen: STUB: hello qwen" in read and "tool " in read
-    assert "sk-stub-not-a-key" not in read
-    mu("agent", "close", "w/a")
+    start_over_and_read("qwen", "sk-stub-not-a-key", lambda: seen_chat(qwen_env, "hello qwen") == 0)
 
 
 def test_qwen_under_ask_blocks_on_its_permission_with_the_options_as_keys(box, qwen_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--worktree", "--ask", "--send", "hi")
-    assert settled()["lastText"] == "STUB: hi"
-    mu("send", "w/a", "please STUB_TOOL")
-    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
-    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
-    event = json.loads(out.stdout)
-    assert event["event"] == "blocked"
-    asked = state_of("w/a")["reason"]
-    assert asked.startswith("qwen asks: allow printf") and "git commit" in asked, asked  # what it would run
-    assert asked.endswith("(mu answer w/a proceed_always_project | proceed_always_user | proceed_once | cancel)")
-    mu("answer", "w/a", "proceed_once")
-    waited = settled("1")
-    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
-    mu("collect", "w/a")
-    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
-    mu("agent", "close", "w/a")
+    ask_then_answer("qwen", box, lambda asked: asked.startswith("qwen asks: allow printf") and "git commit" in asked,
+                    "proceed_always_project | proceed_always_user | proceed_once | cancel", "proceed_once")
 
 
 def test_the_generic_acp_harness_runs_the_agent_it_is_given(box, qwen_env, monkeypatch):
@@ -199,19 +229,7 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
 # -- mu itself killed at each step of a send, on an agent mu spawned --------------
 
 def test_mu_killed_at_each_step_of_a_send_gives_qwen_each_message_once(box, qwen_env, tmp_path):
-    """SIGKILL of mu between the intent and the call, with the request on
-    the wire, and after the call before the record: `mu agent check`
-    resolves each (accepted), and each message reaches the model once."""
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "qwen", "--send", "first")
-    assert settled()["lastText"] == "STUB: first"
-    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-
-    def once(_msg_id: str, text: str) -> None:
-        assert at_the_model(qwen_env, text) == 1, text
-
-    claude_tests.send_through_each_crash(job, once)
-    assert at_the_model(qwen_env, "first") == 1
-    mu("agent", "close", "w/a")
+    send_through_each_crash_of_mu("qwen", tmp_path, lambda text: at_the_model(qwen_env, text))
 
 
 # -- an ACP agent on an SSH host -------------------------------------------------------

@@ -62,6 +62,14 @@ def settled(*after: str) -> dict:
     return out["observation"]
 
 
+def settled_fresh() -> dict:
+    """The first turn of w/a's incarnation 2, after a `--fresh`: `--after 0`
+    counts from run 0 of the incarnation the wait finds, so the wait starts
+    once the new one is there (the bridge took the fresh)."""
+    wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
+    return settled("0")
+
+
 SEND_POINTS = ("intent-written", "request-written", "reply-read")  # where a send's mu is killed
 
 
@@ -158,7 +166,7 @@ def test_claude_runs_the_agent_path_send_permission_collect_interrupt_question_s
     assert json.loads(mu("agent", "show", "w/a", "--json").stdout)["turn"] == "idle"
 
     mu("send", "w/a", "start over", "--fresh")
-    waited = settled("0")
+    waited = settled_fresh()
     assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
     mu("agent", "close", "w/a")
 

@@ -61,7 +61,7 @@ def test_codex_runs_the_agent_path_send_approve_collect_interrupt_steer_fresh(bo
     assert (waited["runs"], waited["lastText"]) == (5, "STUB: and this too")
 
     mu("send", "w/a", "start over", "--fresh")
-    waited = settled("0")
+    waited = claude_tests.settled_fresh()
     assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
     read = mu("agent", "read", "w/a", "-n", "60").stdout
     assert "codex: STUB: hello codex" in read and "tool shell: run: " in read

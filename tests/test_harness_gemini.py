@@ -13,7 +13,7 @@ import signal
 import harness_fixture
 import test_harness_claude as claude_tests
 from conftest import wait_for
-from test_harness_acp import walk_the_agent_path
+from test_harness_acp import ask_then_answer, send_through_each_crash_of_mu, start_over_and_read, walk_the_agent_path
 from test_harness_bridge import Bridge
 
 gemini_env, stub_model = harness_fixture.gemini_env, harness_fixture.stub_model  # the fixtures
@@ -63,34 +63,13 @@ def test_gemini_runs_the_agent_path_send_tool_collect_interrupt_fresh(box, gemin
     walk_the_agent_path("gemini", box, lambda text: at_the_model(gemini_env, text),
                         lambda: gemini_env.seen("STUB_SLOW please"))
 
-    mu("send", "w/a", "start over", "--fresh")
-    wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30, "the fresh")
-    waited = settled("0")
-    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
-    newest = turns_at_the_model(gemini_env)[-1]["body"]
-    assert "hello gemini" not in json.dumps(newest)  # a new session: none of the old conversation
-    read = mu("agent", "read", "w/a", "-n", "60").stdout
-    assert "gemini: STUB: hello gemini" in read and "tool " in read
-    assert "stub-key-of-no-value" not in read
-    mu("agent", "close", "w/a")
+    start_over_and_read("gemini", "stub-key-of-no-value",
+                        lambda: "hello gemini" not in json.dumps(turns_at_the_model(gemini_env)[-1]["body"]))
 
 
 def test_gemini_under_ask_blocks_on_its_permission_with_the_options_as_keys(box, gemini_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--worktree", "--ask", "--send", "hi")
-    assert settled()["lastText"] == "STUB: hi"
-    mu("send", "w/a", "please STUB_TOOL")
-    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
-    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
-    assert json.loads(out.stdout)["event"] == "blocked"
-    asked = state_of("w/a")["reason"]
-    assert asked.startswith("gemini asks: allow "), asked
-    assert asked.endswith("(mu answer w/a proceed_always | proceed_once | cancel)"), asked
-    mu("answer", "w/a", "proceed_once")
-    waited = settled("1")
-    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
-    mu("collect", "w/a")
-    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
-    mu("agent", "close", "w/a")
+    ask_then_answer("gemini", box, lambda asked: asked.startswith("gemini asks: allow "),
+                    "proceed_always | proceed_once | cancel", "proceed_once")
 
 
 def test_gemini_read_only_is_its_plan_mode_and_writes_nothing(gemini_env, tmp_path):
@@ -206,16 +185,4 @@ def test_the_bridge_killed_at_each_step_gives_gemini_each_message_once(gemini_en
 
 
 def test_mu_killed_at_each_step_of_a_send_gives_gemini_each_message_once(box, gemini_env, tmp_path):
-    """SIGKILL of mu between the intent and the call, with the request on
-    the wire, and after the call before the record: `mu agent check`
-    resolves each (accepted), and each message reaches the model once."""
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "gemini", "--send", "first")
-    assert settled()["lastText"] == "STUB: first"
-    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-
-    def once(_msg_id: str, text: str) -> None:
-        assert prompted(gemini_env, text) == 1, text
-
-    claude_tests.send_through_each_crash(job, once)
-    assert prompted(gemini_env, "first") == 1
-    mu("agent", "close", "w/a")
+    send_through_each_crash_of_mu("gemini", tmp_path, lambda text: prompted(gemini_env, text))

@@ -11,7 +11,14 @@ import json
 
 import harness_fixture
 import test_harness_claude as claude_tests
-from test_harness_acp import at_the_model, seen_chat, walk_the_agent_path
+from test_harness_acp import (
+    ask_then_answer,
+    at_the_model,
+    seen_chat,
+    send_through_each_crash_of_mu,
+    start_over_and_read,
+    walk_the_agent_path,
+)
 from test_harness_bridge import Bridge
 
 opencode_env, stub_model = harness_fixture.opencode_env, harness_fixture.stub_model  # the fixtures
@@ -27,34 +34,12 @@ def box(opencode_env, tmp_path, monkeypatch):
 def test_opencode_runs_the_agent_path_send_tool_collect_interrupt_fresh(box, opencode_env):
     walk_the_agent_path("opencode", box, lambda text: at_the_model(opencode_env, text),
                         lambda: seen_chat(opencode_env, "STUB_SLOW") > 0)
-    mu("send", "w/a", "start over", "--fresh")
-    claude_tests.wait_for(lambda: json.loads(mu("agent", "show", "w/a", "--json").stdout)["incarnation"] == 2, 30,
-                          "the fresh")
-    waited = settled("0")
-    assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
-    assert seen_chat(opencode_env, "hello opencode") == 0  # a new session: none of the old conversation
-    read = mu("agent", "read", "w/a", "-n", "60").stdout
-    assert "opencode: STUB: hello opencode" in read and "tool " in read
-    assert "sk-stub-not-a-key" not in read
-    mu("agent", "close", "w/a")
+    start_over_and_read("opencode", "sk-stub-not-a-key", lambda: seen_chat(opencode_env, "hello opencode") == 0)
 
 
 def test_opencode_under_ask_blocks_on_its_permission_with_the_options_as_keys(box, opencode_env):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "opencode", "--worktree", "--ask", "--send", "hi")
-    assert settled()["lastText"] == "STUB: hi"
-    mu("send", "w/a", "please STUB_TOOL")
-    out = run_mu("wait", "w/a", "--after", "1", "--timeout", "30", "--json")
-    assert out.returncode == 6, out.stdout + out.stderr  # a person must act
-    assert json.loads(out.stdout)["event"] == "blocked"
-    asked = state_of("w/a")["reason"]
-    assert asked.startswith("opencode asks: allow "), asked
-    assert asked.endswith("(mu answer w/a once | always | reject)"), asked
-    mu("answer", "w/a", "once")
-    waited = settled("1")
-    assert (waited["runs"], waited["lastText"]) == (2, "STUB: tool done")
-    mu("collect", "w/a")
-    assert git("log", "--format=%s", "mu/w/a", cwd=box).splitlines() == ["stub: a note", "base"]
-    mu("agent", "close", "w/a")
+    ask_then_answer("opencode", box, lambda asked: asked.startswith("opencode asks: allow "),
+                    "once | always | reject", "once")
 
 
 def test_opencode_read_only_denies_changes_and_commands(opencode_env, tmp_path):
@@ -110,12 +95,4 @@ def test_opencode_killed_before_it_has_the_message_is_given_it_again_once(openco
 
 
 def test_mu_killed_at_each_step_of_a_send_gives_opencode_each_message_once(box, opencode_env, tmp_path):
-    mu("agent", "spawn", "w/a", "--host", "box", "--harness", "opencode", "--send", "first")
-    assert settled()["lastText"] == "STUB: first"
-    (job,) = [p.parent for p in (tmp_path / "local").rglob("turn.json")]
-
-    def once(_msg_id: str, text: str) -> None:
-        assert at_the_model(opencode_env, text) == 1, text
-
-    claude_tests.send_through_each_crash(job, once)
-    mu("agent", "close", "w/a")
+    send_through_each_crash_of_mu("opencode", tmp_path, lambda text: at_the_model(opencode_env, text))

@@ -58,7 +58,7 @@ def test_pi_runs_the_agent_path_send_tool_collect_interrupt_steer_fresh(box, pi_
     assert (waited["runs"], waited["lastText"]) == (5, "STUB: and this too")
 
     mu("send", "w/a", "start over", "--fresh")
-    waited = settled("0")
+    waited = claude_tests.settled_fresh()
     assert (waited["incarnation"], waited["runs"], waited["lastText"]) == (2, 1, "STUB: start over")
     assert seen_chat(pi_env, "hello pi") == 0  # a new session: none of the old conversation
     read = mu("agent", "read", "w/a", "-n", "60").stdout

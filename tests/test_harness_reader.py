@@ -297,8 +297,9 @@ def test_a_turn_the_harness_starts_itself_is_a_run_with_its_text(name, recording
         assert [t["msgId"] for t in turn["takenLog"]] == ["m-1"]  # no message asked for it
         assert (turn["lastText"], turn.get("lastError")) == (text, None)
         assert json.loads((bridge.folder / "turns" / "1-2.json").read_text())["lastText"] == text
-        said = bridge.log.read_text()
-        assert "began a " in said and f"= turn 1.2 settled: {text}" in said
+        # the pane's line follows the turn record
+        wait_for(lambda: f"= turn 1.2 settled: {text}" in bridge.log.read_text(), 10, "the settle's line")
+        assert "began a " in bridge.log.read_text()
         # the next message is a turn of its own again
         bridge.deliver("m-2", "again")
         assert bridge.wait_runs(3)["lastText"] == "FAKE: again"
