@@ -190,7 +190,7 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
         bridge.wait_runs(1)
         session = bridge.turn()["session"]
         bridge.kill_with_unread("m-2", "second while stopped")
-        turn = bridge.wait_runs(2)
+        turn = bridge.wait_runs(2, 90)
         assert (turn["lastText"], turn["incarnation"], turn["session"]) == (
             "STUB: second while stopped", 1, session), turn
         assert "lastError" not in turn
@@ -201,7 +201,7 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
         wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW third"), 20, "the slow turn at the model")
         for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
             process.kill()
-        turn = bridge.wait_runs(3)
+        turn = bridge.wait_runs(3, 90)
         assert turn["lastError"].startswith("the harness exited ("), turn
         bridge.deliver("m-4", "fourth")
         turn = bridge.wait_runs(4)

@@ -57,8 +57,11 @@ class Bridge:
                                                 "at": int(time.time() * 1000), **more}))
         os.rename(inbox / ".tmp", inbox / (msg_id + ".json"))
 
-    def wait_runs(self, runs: int) -> dict:
-        wait_for(lambda: self.turn()["runs"] == runs and self.turn()["state"] == "idle", 30,
+    def wait_runs(self, runs: int, timeout: float = 30) -> dict:
+        """The turn record once `runs` turns settled and it is idle (after a
+        harness's restart, give it the time of two starts: a failed resume and
+        a new session)."""
+        wait_for(lambda: self.turn()["runs"] == runs and self.turn()["state"] == "idle", timeout,
                  f"runs {runs}: {self.turn()}")
         return self.turn()
 

@@ -186,7 +186,7 @@ def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env
         bridge.deliver("m-1", "first")
         bridge.wait_runs(1)
         bridge.kill_with_unread("m-2", "second while stopped")
-        turn = bridge.wait_runs(2)
+        turn = bridge.wait_runs(2, 90)
         assert (turn["lastText"], turn["incarnation"]) == ("STUB: second while stopped", 1), turn
         assert "lastError" not in turn
         thread = turn["session"]
@@ -200,7 +200,7 @@ def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env
                  and rollout_lines(codex_home, thread, message_uuid("m-3")), 20, "the slow turn, in the rollout")
         for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
             process.kill()
-        turn = bridge.wait_runs(3)
+        turn = bridge.wait_runs(3, 90)
         assert turn["lastError"].startswith("the harness exited ("), turn
         bridge.deliver("m-4", "fourth")
         turn = bridge.wait_runs(4)

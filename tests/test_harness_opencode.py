@@ -72,7 +72,7 @@ def test_opencode_killed_before_it_has_the_message_is_given_it_again_once(openco
         assert bridge.wait_runs(1)["lastText"] == "STUB: first"
         bridge.kill_with_unread("m-2", "second while stopped")
         session = bridge.turn()["session"]
-        turn = bridge.wait_runs(2)
+        turn = bridge.wait_runs(2, 90)
         assert (turn["lastText"], turn["incarnation"], turn["session"]) == (
             "STUB: second while stopped", 1, session), turn
         assert "lastError" not in turn
@@ -83,7 +83,7 @@ def test_opencode_killed_before_it_has_the_message_is_given_it_again_once(openco
         claude_tests.wait_for(lambda: seen_chat(opencode_env, "STUB_SLOW third"), 20, "the slow turn at the model")
         for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
             process.kill()
-        assert bridge.wait_runs(3)["lastError"] == "the harness exited (-9)"
+        assert bridge.wait_runs(3, 90)["lastError"] == "the harness exited (-9)"
         bridge.deliver("m-4", "fourth")
         turn = bridge.wait_runs(4)
         assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 1)
