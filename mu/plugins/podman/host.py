@@ -51,7 +51,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import time
 from typing import Any, Dict, Optional
@@ -184,6 +183,8 @@ class HostSeam:
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
             temporary = os.path.join(folder, ".execd.py.%d" % os.getpid())
+            import shutil  # here, not on the plugin's start (issue 31)
+
             shutil.copyfile(SERVER, temporary)
             os.replace(temporary, os.path.join(folder, "execd.py"))
         except OSError as exc:
@@ -295,6 +296,8 @@ class HostSeam:
         while True:
             left = engine_run(self.options, ["container", "exists", name], end, call)
             if left.ended == "exit" and left.code == 1:
+                import shutil
+
                 shutil.rmtree(self.options.box_folder(name), ignore_errors=True)
                 return
             if left.ended != "exit" or left.code != 0 or time.monotonic() >= end:

@@ -15,12 +15,16 @@ of it outlives the call.  The child stays in the plugin's process group
 from __future__ import annotations
 
 import os
-import selectors
-import subprocess
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from mu.sdk.errors import Permanent
+
+# subprocess and selectors are imported by `run`, the first call that
+# needs them: a plugin's start to its handshake needs neither (issue 31).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
@@ -46,6 +50,9 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
     the program cannot start."""
+    import selectors
+    import subprocess
+
     event = getattr(cancel, "cancelled", cancel)
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -115,6 +122,8 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
 
 
 def _reap(proc: subprocess.Popen, end: Optional[float], event: Any) -> str:
+    import subprocess
+
     while True:
         wait = _wait(end, event)
         if wait is not None and wait <= 0:

@@ -34,13 +34,18 @@ import hashlib
 import os
 import re
 import shlex
-import subprocess
 import threading
 import time
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from mu import sdk
 from mu.plugins.shellhost import runner
+
+# subprocess is imported where ssh is run: a plugin's start to its
+# handshake runs none (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -206,6 +211,8 @@ class Connections:
                 pass
 
     def _connect(self, dest: str, end: float, cancel: Any) -> Connection:
+        import subprocess
+
         if self._users_master(dest, end):
             return Connection(self.options, dest, None, None)
         path = os.path.join(self._socket_folder(), hashlib.sha256(dest.encode()).hexdigest()[:16])
@@ -241,6 +248,8 @@ class Connections:
 
     def _users_master(self, dest: str, end: float) -> bool:
         """Does the user's configuration name a ControlPath with a live master?"""
+        import subprocess
+
         argv = ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -311,6 +320,8 @@ def _drain(pipe, said: List[bytes]) -> None:
 
 
 def _end(master: subprocess.Popen) -> None:
+    import subprocess
+
     if master.poll() is None:
         master.terminate()
         try:
