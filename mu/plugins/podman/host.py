@@ -53,11 +53,16 @@ import os
 import re
 import signal
 import time
-from typing import Any, Dict, Optional
 
 from mu import sdk
 from mu.plugins.podman.engine import BOX_MOUNT, SERVER, Box, Options, engine_run, first_line
 from mu.plugins.shellhost.job import call_end
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}

@@ -36,12 +36,17 @@ import os
 import re
 import shlex
 import time
-from typing import Any, Dict, List, Optional, Sequence
 
 from mu import sdk
 from mu.plugins.shellhost import remote, runner
 from mu.plugins.shellhost.connection import Connection
 from mu.plugins.shellhost.job import call_end
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence
 
 
 def _token() -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu.sdk.errors import Permanent
 
@@ -25,22 +25,22 @@ from mu.sdk.errors import Permanent
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
 _TICK_S = 0.05  # how soon a cancel is seen
 
 
-class Ran(NamedTuple):
-    """What a run gave.  `ended` is "exit", "timeout" or "cancel"; `code`
-    the exit status (None unless it exited; 128+N for signal N)."""
+class Ran(namedtuple("Ran", "ended code out err err_tail partial")):
+    """What a run gave.  `ended` (str) is "exit", "timeout" or "cancel";
+    `code` (int or None) the exit status (None unless it exited; 128+N for
+    signal N); `out`, `err` (bytes) the first `limit` bytes of each stream,
+    `err_tail` (bytes) stderr's last `TAIL_BYTES`; `partial` (bool) whether
+    either stream was cut.  A collections.namedtuple: typing's NamedTuple
+    would import typing on the plugin's start (issue 31)."""
 
-    ended: str
-    code: Optional[int]
-    out: bytes
-    err: bytes
-    err_tail: bytes
-    partial: bool
+    __slots__ = ()
 
 
 def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end: Optional[float] = None,

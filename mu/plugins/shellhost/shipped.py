@@ -26,9 +26,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from typing import List, Tuple
 
 from mu import sdk
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Tuple
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BRIDGE = os.path.join(PACKAGE, "harness", "bridge")  # the package zipped as mu-bridge

@@ -36,7 +36,7 @@ import re
 import shlex
 import threading
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu import sdk
 from mu.plugins.shellhost import runner
@@ -46,6 +46,7 @@ from mu.plugins.shellhost import runner
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -60,13 +61,13 @@ MASTER_STOP_S = 1.0
 DESTINATION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@%+-]{0,252}\Z")
 
 
-class Options(NamedTuple):
-    """The plugin's argv: `-F`, `--work`, `--alive`, `--connect`."""
+class Options(namedtuple("Options", "config work alive_s connect_s",
+                           defaults=(DEFAULT_WORK, DEFAULT_ALIVE_S, DEFAULT_CONNECT_S))):
+    """The plugin's argv: `-F` (`config`: a path or None), `--work` (str),
+    `--alive` (`alive_s`: int), `--connect` (`connect_s`: int).  A
+    collections.namedtuple, as runner.Ran is (no typing on the start)."""
 
-    config: Optional[str]
-    work: str = DEFAULT_WORK
-    alive_s: int = DEFAULT_ALIVE_S
-    connect_s: int = DEFAULT_CONNECT_S
+    __slots__ = ()
 
     def ssh_options(self) -> List[str]:
         """What every ssh gets, before its own options."""
