@@ -34,6 +34,7 @@ BENCHES = (
     "podman.py",
     "wait.py",
     "blocked.py",
+    "phases.py",
     "top.py",
     "agent_reads.py",
     "harnesses.py",

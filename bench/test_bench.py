@@ -220,3 +220,22 @@ def test_blocked_times_the_exit_against_the_floor_with_its_target():
         assert floor[3] == "1.00x" and subject[2] == floor[1]  # the floor of the same figure
         assert subject[4] == ("<= 1.2x" if stat == "median" else "-")
         assert f"mu wait, block to the event on stdout, {stat}" in figures
+
+
+def test_phases_time_each_verb_phase_by_phase_and_each_plugin_start():
+    out, rows = quick_run("phases.py")
+    figures = {row[0]: row for row in rows}
+    assert figures["python -c pass (floor)"][3] == "1.00x"
+    for verb in ("mu host exec box -- true, local provider", "mu agent list, 1 agent"):
+        assert figures[verb][4] == "<= 3.0x"
+    for name in ("local", "ssh", "podman"):
+        assert figures[f"mu-plugin-{name}: spawn to its handshake"][4] == "<= 2.0x"
+    for phase in ("interpreter", "mu's imports", "plugin start to its handshake", "calls", "stop", "store", "exit"):
+        assert sum(1 for row in rows if row[0] == phase) == 2, phase  # one of each for both verbs
+
+
+def test_wait_times_the_settle_to_the_exit_with_its_target():
+    out, rows = quick_run("wait.py")
+    figures = {row[0]: row for row in rows}
+    assert figures["mu wait, settle to its exit, median"][4] == "<= 1.5x"
+    assert figures["mu wait, settle to its exit, p90"][4] == "-"

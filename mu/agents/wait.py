@@ -511,7 +511,9 @@ def _read_block(w: Watched, clients: readings.Clients, new: bool) -> Optional[Ev
     status = readings.job_status(clients, w.host, w.job)
     if readings.liveness_of(status) == readings.DEAD:
         return _dead(w, status, clients)
-    with db.transaction() as conn:
+    # durable=False: lost to a power failure, the block is fired again by
+    # the next wait, which is all a lost firing can cost
+    with db.transaction(durable=False) as conn:
         mine = block_records.fire(conn, key)
     if not mine:
         return None  # another wait fired it meanwhile
@@ -622,7 +624,7 @@ def _deadline_event(watched: List[Watched], margin_ms: int) -> Optional[Event]:
         deadline_at = w.host.deadline_at
         if now_ms < deadline_at - margin_ms or deadlines.fired(host_name, deadline_at):
             continue
-        with db.transaction() as conn:
+        with db.transaction(durable=False) as conn:  # as a block's firing
             mine = deadlines.fire(conn, host_name, deadline_at, w.name)
         if mine:
             return Event(w.name, "deadline", None, {"host": host_name, "deadlineAt": deadline_at,

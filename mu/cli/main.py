@@ -271,7 +271,10 @@ def _missing_dependency(e: BaseException) -> Optional[str]:
     return None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, *, leaving: bool = False) -> int:
+    """The mu command: returns its exit status.  `leaving` (run()'s): the
+    process ends at once after this, so the store's connection is left
+    rather than closed when a checkpoint can wait (`db.leave()`)."""
     argv = sys.argv[1:] if argv is None else argv
     _stand_in_for_closed_streams()
     quick = answer_at_once(argv)
@@ -335,7 +338,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "mu.store.db" in sys.modules:
             from mu.store import db
 
-            db.close()
+            if leaving:
+                db.leave()
+            else:
+                db.close()
     return code
 
 
@@ -343,14 +349,16 @@ def run() -> None:
     """The mu command as a process: `main()`, then leave at once.
 
     Everything mu writes is flushed here and every record is closed by
-    `main()`, so the interpreter's own teardown (collecting every module,
-    running finalizers) would only delay the exit status a script waits
-    for; `os._exit` skips it. bin/mu and `python -m mu` call this; an
+    `main()` (the store's connection closed, or left for the next
+    checkpoint when nothing it committed must be on disk: `db.leave()`),
+    so the interpreter's own teardown (collecting every module, running
+    finalizers) would only delay the exit status a script waits for;
+    `os._exit` skips it. bin/mu and `python -m mu` call this; an
     embedding program calls `main()` and keeps its process.
     """
     import os
 
-    code = main()
+    code = main(leaving=True)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

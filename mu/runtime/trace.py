@@ -12,7 +12,6 @@ a note of its size alone, also marked `!`.  One line a frame:
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import threading
@@ -57,6 +56,8 @@ class Trace:
         except ValueError:
             direction += "!"
             text = line.decode("utf-8", "replace")
+        import datetime  # here: every verb imports this module, few set MU_TRACE
+
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
         with self._lock:
             self._file.write(f"{stamp} {plugin}[{pid}] {direction} {text}\n")

@@ -54,6 +54,17 @@ if TYPE_CHECKING:
 _lock = _thread.RLock()
 _shared: Optional[sqlite3.Connection] = None
 _shared_path: Optional[str] = None
+# What the shared connection committed that `leave()` may leave in the
+# -wal file: the rows changed by transactions opened with `durable=False`
+# (sqlite's `total_changes` counts every row any statement changed), and
+# whether this connection migrated the schema (a change it does not count).
+_light_changes = 0
+_migrated = False
+
+# `leave()` closes (and so checkpoints) all the same once the -wal file is
+# this large: the next process to open the database reads the whole of it
+# (sqlite's recovery of a -wal nobody closed), about 0.2 ms at this size.
+LEAVE_OPEN_MAX_WAL_BYTES = 256 << 10
 
 
 def busy_timeout_ms() -> int:
@@ -68,7 +79,7 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
     take the lock that keeps threads off each other's statements.
     Raises `StateError` (or `DatabaseBusy`) when the database cannot be
     used, `UsageError` when `MU_DB_BUSY_TIMEOUT_MS` is malformed."""
-    global _shared, _shared_path
+    global _shared, _shared_path, _light_changes, _migrated
     path = path or environment.db_path()
     with _lock:
         if _shared is not None and _shared_path == path:
@@ -76,6 +87,7 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
         if _shared is not None:
             _shared.close()
             _shared = _shared_path = None
+        _light_changes, _migrated = 0, False
         wait_ms = busy_timeout_ms()
         _check_place(path)
         try:
@@ -89,7 +101,7 @@ def connect(path: Optional[str] = None) -> sqlite3.Connection:
             conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
             _refuse_foreign(conn, path)  # reads only: before anything is written
             _enter_wal(conn, wait_ms)
-            _migrate(conn, path)
+            _migrated = _migrate(conn, path)
             conn.execute("PRAGMA synchronous = NORMAL")
             # protocol "Secrets": a deleted intent's params must not linger
             # in the file's free pages, whatever sqlite was built with
@@ -139,12 +151,50 @@ def nearest_existing(path: str) -> str:
 
 
 def close() -> None:
-    """Close the invocation's connection (at exit; the next use reopens)."""
+    """Close the invocation's connection (at exit; the next use reopens).
+    Closing the last connection to the database checkpoints it: every
+    committed page is copied into the main file and both are synced, so
+    the database is one file again, on disk."""
     global _shared, _shared_path
     with _lock:
         if _shared is not None:
             _shared.close()
             _shared = _shared_path = None
+
+
+def leave() -> bool:
+    """For a process that ends at once after this (`os._exit`): close the
+    connection as `close()` does when it committed anything that must be
+    on disk when the process ends, else leave it open and return False.
+
+    Left open, the kernel releases its locks and descriptors at the exit,
+    and what it committed stays in the -wal file, as after a crash, for
+    the next checkpoint (the next process that closes after a durable
+    write, or sqlite's automatic checkpoint).  That is what a read, and a
+    wait that wrote only `durable=False` transactions (its journal entries
+    and the firing of an event), need: the checkpoint is two fdatasyncs
+    and most of such a verb's exit (bench 16).  It is closed all the same
+    when the -wal file is empty (the close is then cheap, and leaves the
+    database one file) or over `LEAVE_OPEN_MAX_WAL_BYTES` (no process
+    should open the database behind a long -wal to read)."""
+    with _lock:
+        conn, path = _shared, _shared_path
+        if conn is None:
+            return True
+        light = not _migrated and not conn.in_transaction and conn.total_changes == _light_changes
+        if light:
+            try:
+                wal = os.path.getsize(f"{path}-wal")
+            except OSError:
+                wal = 0
+            # An empty -wal costs its close nothing (no page to copy, no
+            # sync) and the close removes it and the -shm file: a read of
+            # a checkpointed database leaves it one file, as it found it.
+            light = 0 < wal <= LEAVE_OPEN_MAX_WAL_BYTES
+        if light:
+            return False
+    close()
+    return True
 
 
 def _enter_wal(conn: sqlite3.Connection, wait_ms: int) -> None:
@@ -174,7 +224,8 @@ def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
+def _migrate(conn: sqlite3.Connection, path: str) -> bool:
+    """Apply what is missing of the schema; True when anything was."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > LATEST:
         raise MuError(
@@ -182,7 +233,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
             "upgrade mu, or point MU_DB_PATH elsewhere",
         )
     if version == LATEST:
-        return
+        return False
     conn.execute("BEGIN IMMEDIATE")
     try:
         # re-read under the write lock: another invocation may have migrated
@@ -195,6 +246,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
     except BaseException:
         _rollback(conn)
         raise
+    return True
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -210,12 +262,20 @@ def _statements(script: str) -> Iterator[str]:
         raise ValueError(f"migration ends inside a statement: {pending.strip()[:60]!r}")
 
 
-def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None) -> _Transaction:
+def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None, durable: bool = True) -> _Transaction:
     """The connection inside `BEGIN IMMEDIATE` (`with db.transaction() as
     conn:`); committed on success, rolled back on any exception.  `wait_ms`
     shortens the wait for another writer for this one transaction (the
-    journal's flush uses it)."""
-    return _Transaction(path, wait_ms)
+    journal's flush uses it).
+
+    `durable=False` says that a power failure may lose what it commits,
+    if the process ends before the next checkpoint, without harm: the
+    journal's entries, the firing of an event that a second wait may then
+    report again.  A process whose every write was such leaves its
+    connection open at the end (`leave()`), skipping the checkpoint.  An
+    intent, a record of what exists, anything a later verb acts on, is
+    durable."""
+    return _Transaction(path, wait_ms, durable)
 
 
 def reading(path: Optional[str] = None) -> _Reading:
@@ -256,12 +316,12 @@ class _Transaction:
     """`BEGIN IMMEDIATE` on entry; `COMMIT` when the block ends normally,
     `ROLLBACK` when it raises (anything, a signal's `Terminating` too)."""
 
-    __slots__ = ("_path", "_wait_ms", "_conn", "_where", "_waited")
+    __slots__ = ("_path", "_wait_ms", "_durable", "_conn", "_where", "_waited", "_changes")
 
-    def __init__(self, path: Optional[str], wait_ms: Optional[int]) -> None:
-        self._path, self._wait_ms = path, wait_ms
+    def __init__(self, path: Optional[str], wait_ms: Optional[int], durable: bool = True) -> None:
+        self._path, self._wait_ms, self._durable = path, wait_ms, durable
         self._conn: Optional[sqlite3.Connection] = None
-        self._where, self._waited = "", 0
+        self._where, self._waited, self._changes = "", 0, 0
 
     def __enter__(self) -> sqlite3.Connection:
         _lock.acquire()
@@ -284,6 +344,7 @@ class _Transaction:
             _lock.release()
             raise
         self._conn = conn
+        self._changes = conn.total_changes
         return conn
 
     def __exit__(self, kind: object, value: Optional[BaseException], tb: object) -> bool:
@@ -298,6 +359,8 @@ class _Transaction:
                     if isinstance(e, sqlite3.Error):
                         _raise_typed(e, self._where, self._waited)
                     raise
+                if not self._durable:
+                    _count_light(conn.total_changes - self._changes)
             else:
                 _rollback(conn)
                 if isinstance(value, sqlite3.Error):
@@ -306,6 +369,11 @@ class _Transaction:
             self._conn = None
             _lock.release()
         return False
+
+
+def _count_light(changes: int) -> None:
+    global _light_changes
+    _light_changes += changes
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

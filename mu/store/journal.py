@@ -181,7 +181,8 @@ class Journal:
             try:
                 rows = _rows_of(entries)
                 wait_ms = min(wait_ms, db.busy_timeout_ms())
-                with db.transaction(self.path, wait_ms=wait_ms) as conn:
+                # a log: a power failure may lose its last entries (db.transaction's `durable`)
+                with db.transaction(self.path, wait_ms=wait_ms, durable=False) as conn:
                     conn.executemany(
                         "INSERT INTO journal (id, at, plugin, pid, mu_pid, stream, text, calls)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

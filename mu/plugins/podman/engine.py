@@ -38,10 +38,16 @@ import shlex
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu import sdk
 from mu.plugins.shellhost import runner
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 DEFAULT_WORK = "/mu"
 BOX_MOUNT = "/run/mu-exec"  # where a container sees its folder of the plugin's
@@ -58,18 +64,16 @@ MISSING = ("no such container", "no container with name or id", "is not running"
            "no such object")
 
 
-class Options(NamedTuple):
-    """The plugin's argv: the engine, its args, its containers.conf, the
-    work folder in each container, the plugin's state folder."""
+class Options(namedtuple("Options", "engine engine_args containers_conf work state config alive_s",
+                           defaults=("podman", (), None, DEFAULT_WORK, "", None, 5))):
+    """The plugin's argv: the engine (str), its args (a tuple), its
+    containers.conf (a path or None), the work folder in each container
+    (str), the plugin's state folder (str, "" for the default); `config`
+    and `alive_s` are what mu-plugin-ssh's seams read of their options.
+    A collections.namedtuple, as the shared runner's Ran is (no typing on
+    the plugin's start)."""
 
-    engine: str = "podman"
-    engine_args: tuple = ()
-    containers_conf: Optional[str] = None
-    work: str = DEFAULT_WORK
-    state: str = ""
-    # what mu-plugin-ssh's seams read of their options
-    config: Optional[str] = None
-    alive_s: int = 5
+    __slots__ = ()
 
     def command(self, *args: str) -> List[str]:
         return [self.engine] + list(self.engine_args) + list(args)

@@ -51,14 +51,18 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import time
-from typing import Any, Dict, Optional
 
 from mu import sdk
 from mu.plugins.podman.engine import BOX_MOUNT, SERVER, Box, Options, engine_run, first_line
 from mu.plugins.shellhost.job import call_end
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
@@ -184,6 +188,8 @@ class HostSeam:
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
             temporary = os.path.join(folder, ".execd.py.%d" % os.getpid())
+            import shutil  # here, not on the plugin's start (issue 31)
+
             shutil.copyfile(SERVER, temporary)
             os.replace(temporary, os.path.join(folder, "execd.py"))
         except OSError as exc:
@@ -295,6 +301,8 @@ class HostSeam:
         while True:
             left = engine_run(self.options, ["container", "exists", name], end, call)
             if left.ended == "exit" and left.code == 1:
+                import shutil
+
                 shutil.rmtree(self.options.box_folder(name), ignore_errors=True)
                 return
             if left.ended != "exit" or left.code != 0 or time.monotonic() >= end:

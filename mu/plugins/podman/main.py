@@ -30,12 +30,17 @@ import re
 import shlex
 import sys
 import time
-from typing import Any, Dict, List, Optional
 
 from mu import sdk
 from mu.plugins.podman import host
 from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
 from mu.plugins.shellhost import channel, job, link, remote
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>]"
          " [--work <dir>] [--state <dir>] [--name <name>]")

@@ -50,13 +50,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, List, Optional
 
 from mu import sdk
 from mu.plugins import demo_turns
 from mu.plugins.demo_turns import FIRST_INCARNATION, is_count, message_file
 from mu.plugins.shellhost import remote
 from mu.plugins.shellhost.job import job_name, target_key
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 CAPS = {"fence": "none", "receipt": "exact", "dedupe": "exact", "steer": "native", "interrupt": "native",
         "fresh": "in-place", "answer": True, "command": True, "watch": "stream", "settleText": "full"}

@@ -7,9 +7,15 @@ gets the link, the job and the channel by supplying these.
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
-
 from mu import sdk
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
+else:
+    Protocol = object  # the interfaces below are documentation at run time
 
 
 class Options(Protocol):

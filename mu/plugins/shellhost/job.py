@@ -42,11 +42,16 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
-from typing import Any, Dict
 
 from mu import sdk
 from mu.plugins.shellhost import remote
 from mu.plugins.shellhost.shipped import shipped_on_host
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict
 
 JOB_DIR_VAR = "MU_DEMO_AGENT_DIR"  # where examples/mu-demo-agent keeps its turn files
 EFFECT_S = 30.0  # an effect's own bound, inside mu's MU_EFFECT_TIMEOUT_MS

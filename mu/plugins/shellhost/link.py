@@ -34,15 +34,26 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shlex
 import time
-from typing import Any, Dict, List, Optional, Sequence
 
 from mu import sdk
 from mu.plugins.shellhost import remote, runner
 from mu.plugins.shellhost.connection import Connection
 from mu.plugins.shellhost.job import call_end
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence
+
+
+def _token() -> str:
+    """24 hex digits from the system's random source: what
+    `secrets.token_hex(12)` gives, without importing `secrets` (and the
+    `random` and `hmac` it imports) on the plugin's start (issue 31)."""
+    return os.urandom(12).hex()
 
 MAX_SCRIPT_BYTES = 262144  # the script travels over stdin; this keeps a request well inside 1 MiB
 DEFAULT_TIMEOUT_MS = 20000
@@ -85,7 +96,7 @@ class LinkSeam:
         began = time.monotonic()
         end = began + timeout_ms / 1000.0
         conn = self._connection(call, end)
-        token = secrets.token_hex(12)
+        token = _token()
         backstop = str(timeout_ms // 1000 + BACKSTOP_S)
         argv = conn.argv(remote.EXEC, [str(len(data)), token, backstop, cwd])
         with conn.session(end, call):
@@ -98,7 +109,7 @@ class LinkSeam:
         local = _local_repo(params)
         end = time.monotonic() + _timeout(params) / 1000.0
         conn = self._connection(call, end)
-        token = secrets.token_hex(12)
+        token = _token()
         argv = ["git", "fetch", "--no-tags", "--upload-pack", _pack_command(conn, "git-upload-pack", token),
                 "%s:%s" % (conn.dest, remote_cwd), "HEAD"]  # writes localRepo's FETCH_HEAD
         with conn.session(end, call):
@@ -124,7 +135,7 @@ class LinkSeam:
             return _answer(0, "", "", False)  # protocol "The link": already holds it, untouched
         if said not in ("made", "exists"):
             raise sdk.Permanent("push to %s: %s" % (conn.dest, said[5:] if said.startswith("fail ") else said))
-        token = secrets.token_hex(12)
+        token = _token()
         argv = ["git", "push", "-q", "--no-verify", "--receive-pack", _pack_command(conn, "git-receive-pack", token),
                 "%s:%s" % (conn.dest, remote_repo), "%s:refs/mu/%s" % (rev, rev)]
         with conn.session(end, call):

@@ -15,28 +15,32 @@ of it outlives the call.  The child stays in the plugin's process group
 from __future__ import annotations
 
 import os
-import selectors
-import subprocess
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu.sdk.errors import Permanent
+
+# subprocess and selectors are imported by `run`, the first call that
+# needs them: a plugin's start to its handshake needs neither (issue 31).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
 _TICK_S = 0.05  # how soon a cancel is seen
 
 
-class Ran(NamedTuple):
-    """What a run gave.  `ended` is "exit", "timeout" or "cancel"; `code`
-    the exit status (None unless it exited; 128+N for signal N)."""
+class Ran(namedtuple("Ran", "ended code out err err_tail partial")):
+    """What a run gave.  `ended` (str) is "exit", "timeout" or "cancel";
+    `code` (int or None) the exit status (None unless it exited; 128+N for
+    signal N); `out`, `err` (bytes) the first `limit` bytes of each stream,
+    `err_tail` (bytes) stderr's last `TAIL_BYTES`; `partial` (bool) whether
+    either stream was cut.  A collections.namedtuple: typing's NamedTuple
+    would import typing on the plugin's start (issue 31)."""
 
-    ended: str
-    code: Optional[int]
-    out: bytes
-    err: bytes
-    err_tail: bytes
-    partial: bool
+    __slots__ = ()
 
 
 def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end: Optional[float] = None,
@@ -46,6 +50,9 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
     the program cannot start."""
+    import selectors
+    import subprocess
+
     event = getattr(cancel, "cancelled", cancel)
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -115,6 +122,8 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
 
 
 def _reap(proc: subprocess.Popen, end: Optional[float], event: Any) -> str:
+    import subprocess
+
     while True:
         wait = _wait(end, event)
         if wait is not None and wait <= 0:

@@ -23,15 +23,17 @@ a TERM) leaves no half copy behind.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
-import io
 import os
-import zipfile
-from typing import List, Tuple
 
 from mu import sdk
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Tuple
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BRIDGE = os.path.join(PACKAGE, "harness", "bridge")  # the package zipped as mu-bridge
@@ -57,6 +59,11 @@ def build_bridge_zipapp(folder: str = BRIDGE) -> bytes:
         raise sdk.Permanent("mu-bridge beside this plugin cannot be read: %s" % exc) from None
     if "__init__.py" not in names:
         raise sdk.Permanent("mu-bridge is not installed beside this plugin (looked in %s)" % folder)
+    # zipfile (with what it imports: pathlib, shutil, bz2, lzma...) only
+    # once a job ships the bridge, never on a plugin's start (issue 31)
+    import io
+    import zipfile
+
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
         for name, data in sorted(entries):
@@ -82,6 +89,8 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
         return cmd, ""
     data = bridge_zipapp()
     name = "mu-bridge-%s.pyz" % hashlib.sha256(data).hexdigest()[:16]
+    import base64
+
     text = base64.encodebytes(data).decode("ascii")  # lines of 76: no line is the marker
     rest = PROGRAMS[program] + rest
     temp = '"$B/.%s.$$"' % name

@@ -34,13 +34,19 @@ import hashlib
 import os
 import re
 import shlex
-import subprocess
 import threading
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu import sdk
 from mu.plugins.shellhost import runner
+
+# subprocess is imported where ssh is run: a plugin's start to its
+# handshake runs none (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -55,13 +61,13 @@ MASTER_STOP_S = 1.0
 DESTINATION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@%+-]{0,252}\Z")
 
 
-class Options(NamedTuple):
-    """The plugin's argv: `-F`, `--work`, `--alive`, `--connect`."""
+class Options(namedtuple("Options", "config work alive_s connect_s",
+                           defaults=(DEFAULT_WORK, DEFAULT_ALIVE_S, DEFAULT_CONNECT_S))):
+    """The plugin's argv: `-F` (`config`: a path or None), `--work` (str),
+    `--alive` (`alive_s`: int), `--connect` (`connect_s`: int).  A
+    collections.namedtuple, as runner.Ran is (no typing on the start)."""
 
-    config: Optional[str]
-    work: str = DEFAULT_WORK
-    alive_s: int = DEFAULT_ALIVE_S
-    connect_s: int = DEFAULT_CONNECT_S
+    __slots__ = ()
 
     def ssh_options(self) -> List[str]:
         """What every ssh gets, before its own options."""
@@ -206,6 +212,8 @@ class Connections:
                 pass
 
     def _connect(self, dest: str, end: float, cancel: Any) -> Connection:
+        import subprocess
+
         if self._users_master(dest, end):
             return Connection(self.options, dest, None, None)
         path = os.path.join(self._socket_folder(), hashlib.sha256(dest.encode()).hexdigest()[:16])
@@ -241,6 +249,8 @@ class Connections:
 
     def _users_master(self, dest: str, end: float) -> bool:
         """Does the user's configuration name a ControlPath with a live master?"""
+        import subprocess
+
         argv = ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -311,6 +321,8 @@ def _drain(pipe, said: List[bytes]) -> None:
 
 
 def _end(master: subprocess.Popen) -> None:
+    import subprocess
+
     if master.poll() is None:
         master.terminate()
         try:

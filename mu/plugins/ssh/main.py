@@ -25,12 +25,17 @@ import os
 import re
 import shlex
 import time
-from typing import Any, Dict, List, Optional
 
 from mu import sdk
 from mu.plugins.shellhost import channel, job, link, remote
 from mu.plugins.ssh import control
 from mu.plugins.ssh.control import DEFAULT_ALIVE_S, DEFAULT_CONNECT_S, DEFAULT_WORK, Connection, Connections, Options
+
+# typing for the checker only: the plugin reaches its handshake without
+# importing it (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 USAGE = "usage: mu-plugin-ssh [-F <ssh_config>] [--work <dir>] [--alive <s>] [--connect <s>] [--name <name>]"
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")  # mu's plugin names
