@@ -1,11 +1,11 @@
 """
 Usage:
-  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--ask] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>]
+  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--ask] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>] [--json]
   mu agent list [--json]
   mu agent show <agent> [--json]
   mu agent read <agent> [-n <lines>] [--json]
-  mu agent reattach <agent>
-  mu agent close <agent>
+  mu agent reattach <agent> [--json]
+  mu agent close <agent> [--json]
   mu agent check <agent> <msgId> [--json]
 
 Options:
@@ -74,6 +74,9 @@ def verb_spawn(args: Dict[str, Any]) -> int:
             t.left = _spawn_left(args["<agent>"])
         raise
     info = spawned.agent
+    if args["--json"]:
+        emit_json(spawned.as_json())
+        return 0
     if spawned.resolved:
         emit(f"an earlier spawn of {info.agent} resolved: {spawned.resolved}")
     emit(f"spawned {info.agent} on host {info.host} (job {spawned.key}, {info.view} view)")
@@ -110,7 +113,10 @@ def verb_list(args: Dict[str, Any]) -> int:
     from mu.store.listing import no_agents
 
     if no_agents():  # the same read as mu.cli.main's, which then left the supervisor out
-        sys.stdout.write("[]\n" if args["--json"] else "no agents\n")
+        if args["--json"]:
+            emit_json([])
+        else:
+            sys.stdout.write("no agents\n")
         return 0
     found = agent_api.agent_list()
     if args["--json"]:
@@ -192,6 +198,9 @@ def verb_read(args: Dict[str, Any]) -> int:
 
 def verb_reattach(args: Dict[str, Any]) -> int:
     done = agent_api.agent_reattach(args["<agent>"])
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
     info = done.agent
     emit(f"reattached {info.agent}: a new view of job {info.job}{' (its earlier view closed)' if done.replaced else ''}")
     if info.attach:
@@ -201,6 +210,9 @@ def verb_reattach(args: Dict[str, Any]) -> int:
 
 def verb_close(args: Dict[str, Any]) -> int:
     closed = agent_api.agent_close(args["<agent>"])
+    if args["--json"]:
+        emit_json(closed.as_json())
+        return 0
     if closed.resolved:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
     if closed.collected is not None:

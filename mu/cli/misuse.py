@@ -69,8 +69,15 @@ def explain(doc: str, argv: List[str]) -> Optional[Tuple[str, str]]:
             continue
         name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
         if name not in known:
-            return (f"unknown option {name} for `mu {verb}`{meant(name, known)}",
-                    f"`mu help {verb}` lists its options")
+            guess = meant(name, known)
+            if "[--]" in doc and (not guess or any(c.isspace() for c in word)):
+                # a text that begins with -: the usage takes it after --
+                import shlex
+
+                typed = " ".join(shlex.quote(w) for w in ["mu", verb, *words[:i], "--", *words[i:]])
+                return (f"unknown option {name} for `mu {verb}`{guess}",
+                        f"a text that begins with - goes after --: `{typed}`")
+            return (f"unknown option {name} for `mu {verb}`{guess}", f"`mu help {verb}` lists its options")
         takes_value = known[name]
         inline = "=" in word if word.startswith("--") else len(word) > 2
         if takes_value and not inline and (i + 1 >= len(words) or words[i + 1].startswith("--")):
@@ -137,7 +144,7 @@ def _shape(tokens: List[str]) -> Tuple[List[str], Optional[int], List[Tuple[str,
         opening = token.count("[")
         if bare.startswith("<") and bare.rstrip(".").endswith(">"):
             previous = tokens[n - 1].strip("[]()") if n else ""
-            if not previous.startswith("-"):  # not an option's value
+            if not previous.startswith("-") or previous == "--":  # not an option's value
                 most += 1
                 if depth + opening == 0:
                     needed.append(bare)

@@ -1,7 +1,8 @@
 """How verbs speak: JSON documents and human text on stdout, errors on stderr.
 
-`--json` output is one JSON document on stdout and nothing else there;
-errors are one line `mu: <what went wrong>` on stderr, with at most one
+`--json` output is one JSON document on stdout and nothing else there,
+on one line, always through `emit_json` (docs/DECISIONS.md, "Every
+`--json` document is one line, printed by one function"); errors are one line `mu: <what went wrong>` on stderr, with at most one
 line of remedy in parentheses after it.
 
 Human text, errors too, passes through `visible` (a table's cells, and
@@ -25,9 +26,17 @@ if TYPE_CHECKING:
 
 
 def emit_json(document: Any) -> None:
+    """Print `document` as every `--json` of mu prints one: compact, on one
+    line ending in a newline, keys in the order the result gives them,
+    text as it is (UTF-8, not \\u escapes) but for the C1 controls
+    `json_safe` escapes.  `mu log --follow --json` prints one such line an
+    entry, so any of them can be read a line at a time."""
+    if isinstance(document, list) and not document:
+        sys.stdout.write("[]\n")  # what json writes for it, without loading the encoder (`mu agent list`'s lean path)
+        return
     import json  # where it is used: a verb that prints text never needs it
 
-    sys.stdout.write(json_safe(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)) + "\n")
+    sys.stdout.write(json_safe(json.dumps(document, ensure_ascii=False)) + "\n")
 
 
 # JSON escapes C0 controls itself but may write C1 ones (U+0080 to U+009F)

@@ -1,14 +1,15 @@
 """
 Usage:
-  mu send <agent> <text> [--steer | --fresh] [--force] [--json]
+  mu send <agent> [--] <text> [--steer | --fresh] [--force] [--json]
   mu command <agent> <name> [--instructions <text>] [--force] [--json]
-  mu interrupt <agent> <text> [--json]
+  mu interrupt <agent> [--] <text> [--json]
   mu abort <agent> [--json]
-  mu answer <agent> <key>... [--force] [--json]
+  mu answer <agent> [--] <key>... [--force] [--json]
 
 Each delivers exactly once: a msgId and an intent record before the call.
 A <text> of - is read from standard input, all of it (for a text longer
-than a command line takes).  Exit 0 prints the msgId and the baseline
+than a command line takes); after --, a <text> or a <key> that begins
+with - is a text, never an option.  Exit 0 prints the msgId and the baseline
 (the turn count `mu wait` counts from); exit 1 means the outcome is
 unknown, and names the msgId that `mu agent check <agent> <msgId>` (or
 the next delivery to the agent) resolves.
