@@ -229,3 +229,72 @@ def test_the_keys_of_an_answer_may_follow_a_double_dash():
 
     args = parse(group_module("answer"), ["answer", "w/a", "--force", "--", "-1", "--json"])
     assert args["<key>"] == ["-1", "--json"] and args["--force"] and not args["--json"]
+
+
+# -- the next step -----------------------------------------------------------------
+
+BUSY = ('printf \'{"state":"busy","since":1,"runs":2,"incarnation":1}\' >"$MU_DEMO_AGENT_DIR/.turn" && '
+        'mv "$MU_DEMO_AGENT_DIR/.turn" "$MU_DEMO_AGENT_DIR/turn.json"; sleep 60')
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch):
+    monkeypatch.setenv("MU_PANES", "headless")
+    assert run_mu("plugin", "add", "local", "--", str(LOCAL), "--root", str(tmp_path / "l")).returncode == 0
+    assert run_mu("host", "acquire", "box", "--provider", "local").returncode == 0
+    yield
+    for agent in json.loads(run_mu("agent", "list", "--json").stdout or "[]"):
+        run_mu("agent", "close", agent["agent"])
+    run_mu("host", "release", "box")
+
+
+def test_each_step_names_the_next_on_the_last_line(box):
+    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "demo")
+    assert spawned.returncode == 0, spawned.stderr
+    assert spawned.stdout.splitlines()[-1].startswith("look at it: tail -f ")  # the attach line it has
+    assert spawned.stderr == "next: mu send w/a '<text>'\n"  # no first prompt: nothing to wait for yet
+    sent = run_mu("send", "w/a", "hello")
+    assert sent.returncode == 0 and re.fullmatch(r"\S+ accepted baseline=0 ack=\w+\n", sent.stdout), sent.stdout
+    assert sent.stderr == "next: mu wait w/a\n"
+    waited = run_mu("wait", "w/a", "--timeout", "30")
+    assert waited.returncode == 0 and waited.stderr == ""  # a settled turn: what comes next is the person's
+    prompted = run_mu("agent", "spawn", "w/b", "--host", "box", "--harness", "demo", "--send", "hi")
+    assert prompted.returncode == 0 and prompted.stderr == "next: mu wait w/b\n"
+    interrupted = run_mu("interrupt", "w/b", "stop that")
+    assert interrupted.returncode == 0 and interrupted.stderr == "next: mu wait w/b\n"
+
+
+def test_no_next_step_with_json_or_when_hints_are_off(box):
+    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "demo", "--json")
+    assert spawned.returncode == 0 and spawned.stderr == ""
+    sent = run_mu("send", "w/a", "hello", "--json")
+    assert sent.returncode == 0 and sent.stderr == "" and json.loads(sent.stdout)["agent"] == "w/a"
+    quiet = run_mu("send", "w/a", "again", env={"MU_HINTS": "off"})
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert run_mu("wait", "w/a", "--new", "--timeout", "0.2", env={"MU_HINTS": "off"}).stderr.splitlines() == [
+        "mu: no event from w/a within 0.2 s"]
+
+
+def test_a_wait_that_times_out_says_what_the_agent_is_doing(box):
+    assert run_mu("agent", "spawn", "w/idle", "--host", "box", "--harness", "demo", "--send", "hi").returncode == 0
+    assert run_mu("wait", "w/idle", "--timeout", "30").returncode == 0
+    idle = run_mu("wait", "w/idle", "--new", "--timeout", "0.2")
+    assert idle.returncode == 124 and idle.stdout == ""
+    assert idle.stderr.splitlines() == [
+        "mu: no event from w/idle within 0.2 s",
+        "(w/idle is idle (1 run done), nothing under way: `mu send w/idle '<text>'` gives it a turn)"]
+
+    assert run_mu("agent", "spawn", "w/busy", "--host", "box", "--command", BUSY).returncode == 0
+    busy = run_mu("wait", "w/busy", "--timeout", "0.2")
+    assert busy.returncode == 124
+    assert busy.stderr.splitlines() == [
+        "mu: no event from w/busy within 0.2 s",
+        "(w/busy is busy, a turn under way (2 runs done): `mu agent read w/busy` shows its pane)"]
+
+    every = run_mu("wait", "--new", "--timeout", "0.2")
+    assert every.returncode == 124 and every.stderr.splitlines()[1] == "(`mu state` shows what each agent is doing)"
+    assert run_mu("task", "add", "w", "Later").returncode == 0
+    task = run_mu("wait", "--task", "later", "--timeout", "0.2")
+    assert task.returncode == 124 and task.stderr.splitlines()[1] == "(`mu task show later` shows where the task stands)"
+    assert run_mu("wait", "w/busy", "--timeout", "0.2", "--json").stderr.splitlines() == [
+        "mu: no event from w/busy within 0.2 s"]

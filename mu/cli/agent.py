@@ -29,7 +29,7 @@ import sys
 
 from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params, text_or_stdin
-from mu.cli.output import commits_held, emit, emit_json, table
+from mu.cli.output import commits_held, emit, emit_json, next_step, table
 from mu.errors import Terminating, UnknownOutcome, UsageError
 
 # `mu.api` (the runtime, the seams, the effects engine) is imported by the
@@ -85,6 +85,11 @@ def verb_spawn(args: Dict[str, Any]) -> int:
         emit(f"first prompt {spawned.first_msg_id}: accepted{'' if runs is None else f' runs={runs}'}")
     if info.attach:
         emit(f"look at it: {info.attach}")
+    import shlex  # here: `re`, which it loads, is no cost of `mu agent list`'s lean path
+
+    name = shlex.quote(info.agent)
+    # a first prompt started a turn to wait for; else the agent waits for one
+    next_step(f"mu wait {name}" if spawned.first_msg_id else f"mu send {name} '<text>'")
     return 0
 
 

@@ -70,6 +70,19 @@ def emit(text: str = "") -> None:
     sys.stdout.write(visible(text) + "\n")
 
 
+def next_step(command: str) -> None:
+    """The plain next command a person runs after this result, as the last
+    line on stderr: `next: <command>`.  stderr, so that what a script
+    reads of stdout (a msgId, a task's id) stays the result alone; never
+    with --json (the caller does not call it there); `MU_HINTS=off` turns
+    it off (docs/DECISIONS.md, "The next step, on stderr")."""
+    from mu.environment import hints_on
+
+    if hints_on():
+        sys.stdout.flush()  # the result first, where both go to one terminal
+        sys.stderr.write(f"next: {visible(command)}\n")
+
+
 def error(message: str, hint: Optional[str] = None) -> None:
     sys.stderr.write(f"mu: {visible(message)}\n")
     if hint:

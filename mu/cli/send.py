@@ -24,11 +24,12 @@ Options:
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Dict
 
 from mu.api import deliveries as delivery_api
 from mu.cli.options import text_or_stdin
-from mu.cli.output import emit, emit_json
+from mu.cli.output import emit, emit_json, next_step
 from mu.errors import UsageError
 
 VERBS = ("send", "command", "interrupt", "abort", "answer")
@@ -56,4 +57,6 @@ def run(args: Dict[str, Any]) -> int:
         emit(f"an earlier delivery resolved: {earlier}")
     baseline = "-" if done.baseline_runs is None else str(done.baseline_runs)
     emit(f"{done.msg_id} {done.state} baseline={baseline}" + (f" ack={done.ack}" if done.ack else ""))
+    if not args["abort"]:
+        next_step(f"mu wait {shlex.quote(agent)}")  # the turn it started, steered or unblocked
     return 0
