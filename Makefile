@@ -29,7 +29,7 @@ test: $(BIN)/.installed
 # unit tests: what a change to the CLI, the docs or a leaf module breaks
 # first.  No harness, ssh or podman test: `make test` runs those.
 QUICK = tests/test_docs.py tests/test_first_hour.py tests/test_guide.py \
-        tests/test_cli_misuse.py tests/test_cli_output.py tests/test_startup.py tests/test_input.py \
+        tests/test_cli_misuse.py tests/test_cli_output.py tests/test_input.py \
         tests/test_api_names.py tests/test_layers.py tests/test_ids.py tests/test_rpc.py tests/test_schema.py \
         tests/test_declaration.py tests/test_conforms.py tests/test_test_commands.py
 
