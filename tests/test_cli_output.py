@@ -224,6 +224,16 @@ def test_a_text_taken_for_an_option_is_told_where_it_goes(isolated, argv, remedy
     assert not (isolated / "mu.db").exists()
 
 
+@pytest.mark.parametrize("argv,error,remedy", [
+    (["send", "--", "ws/e", "-x y"], "`mu send` takes <agent> before --", "as in `mu send ws/e -- '-x y'`"),
+    (["task", "add", "--", "web", "-t"], "`mu task add` takes <workstream> before --", "as in `mu task add web -- -t`"),
+])
+def test_a_double_dash_typed_too_early_is_told_where_it_goes(isolated, argv, error, remedy):
+    out = run_mu(*argv)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [f"mu: {error}", f"({remedy})"]
+
+
 def test_the_keys_of_an_answer_may_follow_a_double_dash():
     from mu.cli.main import parse
 

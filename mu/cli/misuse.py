@@ -105,6 +105,9 @@ def _against_the_lines(doc: str, verb: str, commands: List[str], words: List[str
     while i < len(words):
         word = words[i]
         if word == "--":
+            early = _before_the_dash(lines, command, words, len(given), i)
+            if early is not None:
+                return early
             given += words[i + 1:]
             break
         if word.startswith("-") and word != "-":
@@ -131,6 +134,23 @@ def _against_the_lines(doc: str, verb: str, commands: List[str], words: List[str
             name, value = missing[0]
             return f"`{command}` needs {name}{(' ' + value) if value else ''}", f"`mu help {verb}` prints its usage"
     return None
+
+
+def _before_the_dash(lines: List[List[str]], command: str, words: List[str], given: int,
+                     at: int) -> Optional[Tuple[str, str]]:
+    """A `--` typed before the words the usage puts ahead of it (`mu send --
+    ws/e x`): what goes first, and the line with them moved there."""
+    ahead = [line[:line.index("[--]")] for line in lines if "[--]" in line]
+    if len(ahead) != len(lines):
+        return None
+    needed = [token for token in ahead[0] if token.startswith("<")]
+    if given >= len(needed) or len(words) - at - 1 <= len(needed) - given:
+        return None
+    import shlex
+
+    moved = [*words[:at], *words[at + 1:at + 1 + len(needed) - given], "--", *words[at + 1 + len(needed) - given:]]
+    return (f"`{command}` takes {' '.join(needed)} before --",
+            f"as in `{' '.join(shlex.quote(w) for w in [*command.split(), *moved])}`")
 
 
 def _shape(tokens: List[str]) -> Tuple[List[str], Optional[int], List[Tuple[str, str]]]:
