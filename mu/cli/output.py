@@ -2,8 +2,10 @@
 
 `--json` output is one JSON document on stdout and nothing else there,
 on one line, always through `emit_json` (docs/DECISIONS.md, "Every
-`--json` document is one line, printed by one function"); errors are one line `mu: <what went wrong>` on stderr, with at most one
-line of remedy in parentheses after it.
+`--json` document is one line, printed by one function"); errors are
+one line `mu: <what went wrong>` on stderr, with at most one line of
+remedy in parentheses after it; a result's next step (`next_step`) is
+one line on stderr too.
 
 Human text, errors too, passes through `visible` (a table's cells, and
 `mu top`'s lines, through `one_line`): what an agent, a plugin or a
