@@ -3,7 +3,7 @@
 #   make test   install mu with its test tools into .venv and run every test
 #               (two pytest-xdist workers; a test's state, sockets and namespaces are its own);
 #               each failure is named the moment it happens (tests/live_failures.py)
-#   make test-quick   the docs, first-hour, CLI and unit tests only: under a minute, for the loop of a change
+#   make test-quick   the docs, first-hour, CLI and unit tests only (about 55 s of CPU), for the loop of a change
 
 PYTHON ?= python3
 VENV   ?= .venv
