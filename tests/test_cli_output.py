@@ -108,6 +108,9 @@ def test_the_verbs_of_an_agents_life_print_one_document_each(repo, tmp_path):
     assert spawned["agent"]["agent"] == "web/a" and spawned["agent"]["host"] == "box"
     assert spawned["agent"]["pane"]["backend"] == "headless" and spawned["agent"]["attach"]
     assert spawned["firstMsgId"] and spawned["key"] == spawned["agent"]["job"]
+    first = spawned["firstDelivery"]  # the demo agent's first prompt goes as a delivery: as `mu send --json` prints one
+    assert first["msgId"] == spawned["firstMsgId"] and first["baseline"] == {"runs": 0, "incarnation": 1}
+    assert list(first) == ["msgId", "agent", "kind", "state", "baseline", "ack", "resolved"]
 
     settled = one_document(run_mu("wait", "web/a", "--timeout", "30", "--json"))
     assert settled["event"] == "settled"
