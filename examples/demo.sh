@@ -42,3 +42,8 @@ mu agent close demo/fixer
 mu host release demo
 mu state
 echo "(state folder: $MU_STATE_DIR; your branch and working tree in $repo are as they were)"
+if [ "${MU_HINTS:-}" != off ]; then  # the next steps, as mu prints them: on stderr (mu(1), MU_HINTS)
+  bin=$(unset -f mu; dirname "$(command -v mu || echo "$here/.venv/bin/mu")")  # the mu on PATH, not the function above
+  echo "next: export PATH=\"$bin:\$PATH\"   # mu on this shell's PATH" >&2
+  echo "next: $here/docs/first-hour.md walks you through your first hour with mu, command by command" >&2
+fi

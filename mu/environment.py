@@ -158,3 +158,10 @@ def default_harness(environ: Optional[Mapping[str, str]] = None) -> Optional[str
     when unset; the config file's `harness` comes next (mu.agents.harnesses)."""
     env = os.environ if environ is None else environ
     return env.get("MU_HARNESS") or None
+
+
+def hints_on(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether the command line prints a person's next command after a
+    result (`MU_HINTS`): on unless it is `off`."""
+    env = os.environ if environ is None else environ
+    return env.get("MU_HINTS") != "off"

@@ -28,6 +28,9 @@ FAKE = ROOT / "tests" / "plugins" / "mu-plugin-fake"
 
 sys.path.insert(0, str(ROOT))
 
+# each failure named as it happens (tests/live_failures.py): a hook of this conftest's
+from live_failures import pytest_configure  # noqa: E402, F401
+
 from mu.runtime import groups  # noqa: E402
 
 groups.become_subreaper()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,11 @@ def test_the_demo_runs_the_whole_agent_path(tmp_path):
     # nothing of the agent is left: no record, no tree on the host
     assert "no agents" in said
     assert not list((tmp_path / "demo" / "local").glob("hosts/*/.mu/trees/demo/*"))
+    # the next steps, on stderr: each spawn's and send's, then how to go on from the demo
+    told = out.stderr.splitlines()
+    assert told.count("next: mu wait demo/fixer") == 2, out.stderr
+    bin_dir = os.path.dirname(shutil.which("mu", path=env["PATH"]) or "")
+    assert told[-2:] == [f'next: export PATH="{bin_dir}:$PATH"   # mu on this shell\'s PATH',
+                         f"next: {ROOT}/docs/first-hour.md walks you through your first hour with mu, command by"
+                         " command"], out.stderr
+    assert (ROOT / "docs" / "first-hour.md").is_file()

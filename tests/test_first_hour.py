@@ -111,6 +111,7 @@ def test_the_first_hour_runs_as_written(tmp_path, isolated, tmux_socket):
     # An agent on your project: its first turn
     assert "web/fixer settled: idle, runs 1, incarnation 1" in spawn, spawn
     assert "You said: tidy the readme" in spawn
+    assert "next: mu wait web/fixer" in spawn.splitlines(), spawn  # the spawn's next step
 
     # Looking at its pane: tmux, how to attach, and a server that read no ~/.tmux.conf
     assert re.search(r"pane: tmux, alive; look at it: tmux (-L mu|-S \S+) attach -t =web:@\d+$", show, flags=re.M), show
@@ -118,6 +119,7 @@ def test_the_first_hour_runs_as_written(tmp_path, isolated, tmux_socket):
 
     # Talking to it, and its commits
     assert "web/fixer settled: idle, runs 2, incarnation 1" in talk, talk
+    assert "next: mu wait web/fixer" in talk.splitlines(), talk  # the send's
     assert "mu-demo-agent: turn 2 of incarnation 1" in talk and "closed web/fixer" in talk
 
     # The log, and the end

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from mu import environment, text
 from mu.api._shared import _plugins_stopped, guard
 from mu.api.collects import CollectResult
+from mu.api.deliveries import DeliveryResult
 from mu.errors import UsageError
 from mu.lazy import Lazy
 
@@ -114,8 +115,10 @@ class SpawnResult:
     first_delivery: Optional[Dict[str, Any]] = None  # an on-send kind's first prompt, delivered after readiness
 
     def as_json(self) -> Dict[str, Any]:
+        # the first delivery's document is the one `mu send --json` prints for a delivery
+        first = None if self.first_delivery is None else DeliveryResult(**self.first_delivery).as_json()
         return {"agent": self.agent.as_json(), "key": self.key, "resolved": self.resolved or None,
-                "baseline": self.baseline, "firstMsgId": self.first_msg_id, "firstDelivery": self.first_delivery}
+                "baseline": self.baseline, "firstMsgId": self.first_msg_id, "firstDelivery": first}
 
 
 def agent_spawn(agent: str, host: str, command: Optional[str] = None, env: Optional[Dict[str, str]] = None, *,

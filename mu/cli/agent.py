@@ -1,11 +1,11 @@
 """
 Usage:
-  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--ask] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>]
+  mu agent spawn <agent> --host <host> [--worktree [--from <rev>]] [--harness <h>] [--role <role>] [--ask] [--command <cmd>] [--env <k=v>]... [--send <text> | --task <id>] [--json]
   mu agent list [--json]
   mu agent show <agent> [--json]
   mu agent read <agent> [-n <lines>] [--json]
-  mu agent reattach <agent>
-  mu agent close <agent>
+  mu agent reattach <agent> [--json]
+  mu agent close <agent> [--json]
   mu agent check <agent> <msgId> [--json]
 
 Options:
@@ -29,7 +29,7 @@ import sys
 
 from mu.cli.lazy import Lazy
 from mu.cli.options import parse_params, text_or_stdin
-from mu.cli.output import commits_held, emit, emit_json, table
+from mu.cli.output import commits_held, emit, emit_json, next_step, table
 from mu.errors import Terminating, UnknownOutcome, UsageError
 
 # `mu.api` (the runtime, the seams, the effects engine) is imported by the
@@ -74,6 +74,9 @@ def verb_spawn(args: Dict[str, Any]) -> int:
             t.left = _spawn_left(args["<agent>"])
         raise
     info = spawned.agent
+    if args["--json"]:
+        emit_json(spawned.as_json())
+        return 0
     if spawned.resolved:
         emit(f"an earlier spawn of {info.agent} resolved: {spawned.resolved}")
     emit(f"spawned {info.agent} on host {info.host} (job {spawned.key}, {info.view} view)")
@@ -82,6 +85,11 @@ def verb_spawn(args: Dict[str, Any]) -> int:
         emit(f"first prompt {spawned.first_msg_id}: accepted{'' if runs is None else f' runs={runs}'}")
     if info.attach:
         emit(f"look at it: {info.attach}")
+    import shlex  # here: `re`, which it loads, is no cost of `mu agent list`'s lean path
+
+    name = shlex.quote(info.agent)
+    # a first prompt started a turn to wait for; else the agent waits for one
+    next_step(f"mu wait {name}" if spawned.first_msg_id else f"mu send {name} '<text>'")
     return 0
 
 
@@ -110,7 +118,10 @@ def verb_list(args: Dict[str, Any]) -> int:
     from mu.store.listing import no_agents
 
     if no_agents():  # the same read as mu.cli.main's, which then left the supervisor out
-        sys.stdout.write("[]\n" if args["--json"] else "no agents\n")
+        if args["--json"]:
+            emit_json([])
+        else:
+            sys.stdout.write("no agents\n")
         return 0
     found = agent_api.agent_list()
     if args["--json"]:
@@ -192,6 +203,9 @@ def verb_read(args: Dict[str, Any]) -> int:
 
 def verb_reattach(args: Dict[str, Any]) -> int:
     done = agent_api.agent_reattach(args["<agent>"])
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
     info = done.agent
     emit(f"reattached {info.agent}: a new view of job {info.job}{' (its earlier view closed)' if done.replaced else ''}")
     if info.attach:
@@ -201,6 +215,9 @@ def verb_reattach(args: Dict[str, Any]) -> int:
 
 def verb_close(args: Dict[str, Any]) -> int:
     closed = agent_api.agent_close(args["<agent>"])
+    if args["--json"]:
+        emit_json(closed.as_json())
+        return 0
     if closed.resolved:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
     if closed.collected is not None:

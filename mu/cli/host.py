@@ -1,12 +1,12 @@
 """
 Usage:
-  mu host add <name> --plugin <plugin> [--fetch <template>] [--repo <path>] [--max-sessions <n>]
-  mu host acquire [<name>] --provider <plugin> [--param <key=value>]...
+  mu host add <name> --plugin <plugin> [--fetch <template>] [--repo <path>] [--max-sessions <n>] [--json]
+  mu host acquire [<name>] --provider <plugin> [--param <key=value>]... [--json]
   mu host status <name> [--json]
-  mu host release <name> [--force]
+  mu host release <name> [--force] [--json]
   mu host list [--json]
-  mu host rm <name>
-  mu host settle <name> --key <key> (--exists | --absent)
+  mu host rm <name> [--json]
+  mu host settle <name> --key <key> (--exists | --absent) [--json]
   mu host check <name> [--phase <phase>]... [--json]
   mu host exec <name> [--cwd <dir>] [--timeout <ms>] -- <script>
 
@@ -88,6 +88,9 @@ def verb_add(args: Dict[str, Any]) -> int:
     hosts.check_name(name)  # a bad name is told before a bad number, as the command line reads them
     max_sessions = _positive(args["--max-sessions"], "--max-sessions")
     added = host_api.host_add(name, plugin, args["--fetch"], args["--repo"], max_sessions)
+    if args["--json"]:
+        emit_json(added.as_json())
+        return 0
     emit(f"added host {name}: plugin {plugin}'s link")
     if not added.jobs:
         emit(f"note: plugin {plugin} declares no job seam, so no agent can spawn on host {name}")
@@ -98,6 +101,9 @@ def verb_rm(args: Dict[str, Any]) -> int:
     from mu.api import hosts as host_api
 
     removed = host_api.host_rm(args["<name>"])
+    if args["--json"]:
+        emit_json(removed.as_json())
+        return 0
     emit(f"removed host {removed.name}")
     return 0
 
@@ -106,7 +112,11 @@ def verb_settle(args: Dict[str, Any]) -> int:
     from mu.api import hosts as host_api
 
     name = args["<name>"]
-    state = host_api.host_settle(name, args["--key"], exists=bool(args["--exists"])).state
+    settled = host_api.host_settle(name, args["--key"], exists=bool(args["--exists"]))
+    if args["--json"]:
+        emit_json(settled.as_json())
+        return 0
+    state = settled.state
     if state == "lost":
         emit(f"host {name}: settled as absent, recorded lost (`mu host rm {name}` forgets it)")
     else:
@@ -123,6 +133,9 @@ def verb_acquire(args: Dict[str, Any]) -> int:
 
     params = parse_params(args["--param"])
     outcome = host_api.host_acquire(args["<name>"], provider=args["--provider"], params=params)
+    if args["--json"]:
+        emit_json(outcome.as_json())
+        return 0
     if outcome.resolved:
         emit(f"an earlier acquire of host {outcome.host.name} resolved: {outcome.resolved}")
     host = outcome.host
@@ -135,6 +148,9 @@ def verb_release(args: Dict[str, Any]) -> int:
     from mu.api import hosts as host_api  # the agent verbs' modules: only the release needs them
 
     released = host_api.host_release(name, force=bool(args["--force"]))
+    if args["--json"]:
+        emit_json(released.as_json())
+        return 0
     for closed in released.closed:
         emit(f"closed {closed.agent}")
     emit(f"host {name}: {released.done}")

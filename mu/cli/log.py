@@ -16,7 +16,6 @@ Options:
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import sys
 import time
@@ -101,7 +100,10 @@ def _follow(entries: list, filters: Dict[str, Any], as_json: bool) -> int:
     last_id = None
     while True:
         for entry in entries:
-            sys.stdout.write((json.dumps(entry.as_json()) if as_json else visible(_line(entry))) + "\n")
+            if as_json:
+                emit_json(entry.as_json())  # one line a document: one entry a line
+            else:
+                sys.stdout.write(visible(_line(entry)) + "\n")
             last_id = entry.id
         sys.stdout.flush()
         time.sleep(FOLLOW_POLL_S)

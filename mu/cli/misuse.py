@@ -69,8 +69,15 @@ def explain(doc: str, argv: List[str]) -> Optional[Tuple[str, str]]:
             continue
         name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
         if name not in known:
-            return (f"unknown option {name} for `mu {verb}`{meant(name, known)}",
-                    f"`mu help {verb}` lists its options")
+            guess = meant(name, known)
+            if "[--]" in doc and (not guess or any(c.isspace() for c in word)):
+                # a text that begins with -: the usage takes it after --
+                import shlex
+
+                typed = " ".join(shlex.quote(w) for w in ["mu", verb, *words[:i], "--", *words[i:]])
+                return (f"unknown option {name} for `mu {verb}`{guess}",
+                        f"a text that begins with - goes after --: `{typed}`")
+            return (f"unknown option {name} for `mu {verb}`{guess}", f"`mu help {verb}` lists its options")
         takes_value = known[name]
         inline = "=" in word if word.startswith("--") else len(word) > 2
         if takes_value and not inline and (i + 1 >= len(words) or words[i + 1].startswith("--")):
@@ -98,6 +105,9 @@ def _against_the_lines(doc: str, verb: str, commands: List[str], words: List[str
     while i < len(words):
         word = words[i]
         if word == "--":
+            early = _before_the_dash(lines, command, words, len(given), i)
+            if early is not None:
+                return early
             given += words[i + 1:]
             break
         if word.startswith("-") and word != "-":
@@ -126,6 +136,23 @@ def _against_the_lines(doc: str, verb: str, commands: List[str], words: List[str
     return None
 
 
+def _before_the_dash(lines: List[List[str]], command: str, words: List[str], given: int,
+                     at: int) -> Optional[Tuple[str, str]]:
+    """A `--` typed before the words the usage puts ahead of it (`mu send --
+    ws/e x`): what goes first, and the line with them moved there."""
+    ahead = [line[:line.index("[--]")] for line in lines if "[--]" in line]
+    if len(ahead) != len(lines):
+        return None
+    needed = [token for token in ahead[0] if token.startswith("<")]
+    if given >= len(needed) or len(words) - at - 1 <= len(needed) - given:
+        return None
+    import shlex
+
+    moved = [*words[:at], *words[at + 1:at + 1 + len(needed) - given], "--", *words[at + 1 + len(needed) - given:]]
+    return (f"`{command}` takes {' '.join(needed)} before --",
+            f"as in `{' '.join(shlex.quote(w) for w in [*command.split(), *moved])}`")
+
+
 def _shape(tokens: List[str]) -> Tuple[List[str], Optional[int], List[Tuple[str, str]]]:
     """(the positional words a usage line needs, by name; the most it takes,
     or None for any number; the options it requires), from its tokens:
@@ -137,7 +164,7 @@ def _shape(tokens: List[str]) -> Tuple[List[str], Optional[int], List[Tuple[str,
         opening = token.count("[")
         if bare.startswith("<") and bare.rstrip(".").endswith(">"):
             previous = tokens[n - 1].strip("[]()") if n else ""
-            if not previous.startswith("-"):  # not an option's value
+            if not previous.startswith("-") or previous == "--":  # not an option's value
                 most += 1
                 if depth + opening == 0:
                     needed.append(bare)

@@ -1,8 +1,11 @@
 """How verbs speak: JSON documents and human text on stdout, errors on stderr.
 
-`--json` output is one JSON document on stdout and nothing else there;
-errors are one line `mu: <what went wrong>` on stderr, with at most one
-line of remedy in parentheses after it.
+`--json` output is one JSON document on stdout and nothing else there,
+on one line, always through `emit_json` (docs/DECISIONS.md, "Every
+`--json` document is one line, printed by one function"); errors are
+one line `mu: <what went wrong>` on stderr, with at most one line of
+remedy in parentheses after it; a result's next step (`next_step`) is
+one line on stderr too.
 
 Human text, errors too, passes through `visible` (a table's cells, and
 `mu top`'s lines, through `one_line`): what an agent, a plugin or a
@@ -25,9 +28,17 @@ if TYPE_CHECKING:
 
 
 def emit_json(document: Any) -> None:
+    """Print `document` as every `--json` of mu prints one: compact, on one
+    line ending in a newline, keys in the order the result gives them,
+    text as it is (UTF-8, not \\u escapes) but for the C1 controls
+    `json_safe` escapes.  `mu log --follow --json` prints one such line an
+    entry, so any of them can be read a line at a time."""
+    if isinstance(document, list) and not document:
+        sys.stdout.write("[]\n")  # what json writes for it, without loading the encoder (`mu agent list`'s lean path)
+        return
     import json  # where it is used: a verb that prints text never needs it
 
-    sys.stdout.write(json_safe(json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)) + "\n")
+    sys.stdout.write(json_safe(json.dumps(document, ensure_ascii=False)) + "\n")
 
 
 # JSON escapes C0 controls itself but may write C1 ones (U+0080 to U+009F)
@@ -59,6 +70,19 @@ def one_line(text: str) -> str:
 
 def emit(text: str = "") -> None:
     sys.stdout.write(visible(text) + "\n")
+
+
+def next_step(command: str) -> None:
+    """The plain next command a person runs after this result, as the last
+    line on stderr: `next: <command>`.  stderr, so that what a script
+    reads of stdout (a msgId, a task's id) stays the result alone; never
+    with --json (the caller does not call it there); `MU_HINTS=off` turns
+    it off (docs/DECISIONS.md, "The next step, on stderr")."""
+    from mu.environment import hints_on
+
+    if hints_on():
+        sys.stdout.flush()  # the result first, where both go to one terminal
+        sys.stderr.write(f"next: {visible(command)}\n")
 
 
 def error(message: str, hint: Optional[str] = None) -> None:

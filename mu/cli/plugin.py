@@ -1,10 +1,10 @@
 """
 Usage:
-  mu plugin add <name> [--force] -- <argv>...
+  mu plugin add <name> [--force] [--json] -- <argv>...
   mu plugin list [--json]
   mu plugin show <name> [--json]
   mu plugin call <name> <method> [<params-json>] [--host <h>]
-  mu plugin rm <name>
+  mu plugin rm <name> [--json]
   mu plugin test [--json] [--only <check>]... [--param <key=value>]... (<name> | -- <argv>...)
 
 Options:
@@ -55,7 +55,7 @@ PLUGIN_PREFIX = EXECUTABLE_PREFIX
 
 def run(args: Dict[str, Any]) -> int:
     if args["add"]:
-        return add(args["<name>"], args["<argv>"], args["--force"])
+        return add(args["<name>"], args["<argv>"], args["--force"], bool(args["--json"]))
     if args["list"]:
         return list_(args["--json"])
     if args["show"]:
@@ -63,17 +63,20 @@ def run(args: Dict[str, Any]) -> int:
     if args["call"]:
         return call(args["<name>"], args["<method>"], args["<params-json>"], args["--host"])
     if args["rm"]:
-        return rm(args["<name>"])
+        return rm(args["<name>"], bool(args["--json"]))
     if args["test"]:
         return test(args["<name>"], args["<argv>"], args["--json"], args["--only"], args["--param"])
     raise UsageError("no such `mu plugin` verb")
 
 
-def add(name: str, argv: list, force: bool = False) -> int:
+def add(name: str, argv: list, force: bool = False, as_json: bool = False) -> int:
     """Register `name`, or record its new declaration (`mu.api.plugin_add`)."""
     from mu.api import plugins as plugin_api
 
     added = plugin_api.plugin_add(name, argv, force)
+    if as_json:
+        emit_json(added.as_json())
+        return 0
     plugin = added.plugin
     emit(f"registered plugin {name}: {_seams_text(plugin.seams)}, instance {plugin.instance}")
     if added.stranded:
@@ -245,10 +248,13 @@ def _schema_problem(method: str, result: Any) -> str:
     return result_problem(method, result) if method in METHODS else ""
 
 
-def rm(name: str) -> int:
+def rm(name: str, as_json: bool = False) -> int:
     from mu.api import plugins as plugin_api
 
-    plugin_api.plugin_rm(name)
+    removed = plugin_api.plugin_rm(name)
+    if as_json:
+        emit_json(removed.as_json())
+        return 0
     emit(f"removed plugin {name}")
     return 0
 

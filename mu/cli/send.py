@@ -1,14 +1,15 @@
 """
 Usage:
-  mu send <agent> <text> [--steer | --fresh] [--force] [--json]
+  mu send <agent> [--] <text> [--steer | --fresh] [--force] [--json]
   mu command <agent> <name> [--instructions <text>] [--force] [--json]
-  mu interrupt <agent> <text> [--json]
+  mu interrupt <agent> [--] <text> [--json]
   mu abort <agent> [--json]
-  mu answer <agent> <key>... [--force] [--json]
+  mu answer <agent> [--] <key>... [--force] [--json]
 
 Each delivers exactly once: a msgId and an intent record before the call.
 A <text> of - is read from standard input, all of it (for a text longer
-than a command line takes).  Exit 0 prints the msgId and the baseline
+than a command line takes); after --, a <text> or a <key> that begins
+with - is a text, never an option.  Exit 0 prints the msgId and the baseline
 (the turn count `mu wait` counts from); exit 1 means the outcome is
 unknown, and names the msgId that `mu agent check <agent> <msgId>` (or
 the next delivery to the agent) resolves.
@@ -23,11 +24,12 @@ Options:
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Dict
 
 from mu.api import deliveries as delivery_api
 from mu.cli.options import text_or_stdin
-from mu.cli.output import emit, emit_json
+from mu.cli.output import emit, emit_json, next_step
 from mu.errors import UsageError
 
 VERBS = ("send", "command", "interrupt", "abort", "answer")
@@ -55,4 +57,6 @@ def run(args: Dict[str, Any]) -> int:
         emit(f"an earlier delivery resolved: {earlier}")
     baseline = "-" if done.baseline_runs is None else str(done.baseline_runs)
     emit(f"{done.msg_id} {done.state} baseline={baseline}" + (f" ack={done.ack}" if done.ack else ""))
+    if not args["abort"]:
+        next_step(f"mu wait {shlex.quote(agent)}")  # the turn it started, steered or unblocked
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from mu.agents import state as stating
-from mu.cli.output import iso_ms, json_safe, visible
+from mu.cli.output import emit_json, iso_ms, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,12 +27,11 @@ def run(args: Dict[str, Any]) -> int:
     if not args["--json"]:
         sys.stdout.write(visible(text(stating.state())))  # one write: thousands of lines cost one call
         return 0
-    import json  # here: the text never needs it
-
-    # one document on one line: json's C encoder serves no indent, and over
-    # thousands of agents the pure-Python one that does costs more than
-    # everything else `mu state` does
-    sys.stdout.write(json_safe(json.dumps(stating.state().as_json(), ensure_ascii=False)) + "\n")
+    # one document on one line, as every --json (mu.cli.output.emit_json):
+    # json's C encoder serves no indent, and over thousands of agents the
+    # pure-Python one that does would cost more than everything else
+    # `mu state` does
+    emit_json(stating.state().as_json())
     return 0
 
 

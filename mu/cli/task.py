@@ -1,18 +1,18 @@
 """
 Usage:
-  mu task add <workstream> <title> [--impact <1-100>] [--effort <days>] [--blocked-by <task>]... [--brief <text>]
-  mu task block <task> --by <task>...
-  mu task unblock <task> --by <task>...
+  mu task add <workstream> [--] <title> [--impact <1-100>] [--effort <days>] [--blocked-by <task>]... [--brief <text>] [--json]
+  mu task block <task> --by <task>... [--json]
+  mu task unblock <task> --by <task>... [--json]
   mu task next [<workstream>] [--json]
-  mu task tree <task> [--down]
+  mu task tree <task> [--down] [--json]
   mu task show <task> [--json]
   mu task list [--status <s>]... [--json]
-  mu task claim <task> [--for <agent>]
-  mu task note <task> <text>
-  mu task close <task> --evidence <text>
-  mu task release <task> [--reopen]
-  mu task reject <task> [--cascade]
-  mu task defer <task> [--cascade]
+  mu task claim <task> [--for <agent>] [--json]
+  mu task note <task> [--] <text> [--json]
+  mu task close <task> --evidence <text> [--json]
+  mu task release <task> [--reopen] [--json]
+  mu task reject <task> [--cascade] [--json]
+  mu task defer <task> [--cascade] [--json]
 
 Options:
   --impact <1-100>      How much the task is worth (default 50).
@@ -28,6 +28,8 @@ Options:
   --cascade             Reject (defer) the open tasks that depend on it too.
   --json                Print one JSON document on stdout and nothing else there.
 
+After --, a <title> or <text> that begins with - is a text, never an
+option; the value of an option (--brief, --evidence) is taken as it is.
 A status is open, in-progress, closed, rejected or deferred; only closed
 unblocks.  Inside an agent's pane, MU_AGENT names the agent: a bare `mu task claim`
 claims for it, and every change is recorded as its.
@@ -35,7 +37,7 @@ claims for it, and every change is recorded as its.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from mu.api import tasks as task_api
 from mu.cli.output import emit, emit_json, iso_ms, table
@@ -72,19 +74,18 @@ def _story(story: task_api.TaskStory) -> None:
 
 def run(args: Dict[str, Any]) -> int:
     task = args["<task>"]
+    as_json = bool(args["--json"])
     if args["add"]:
         made = task_api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
                             impact=args["--impact"], effort=args["--effort"], blocked_by=args["--blocked-by"] or [])
-        emit(made.id)
-        return 0
+        return _print(made, as_json, made.id)
     if args["block"] or args["unblock"]:
         verb = task_api.task_block if args["block"] else task_api.task_unblock
         after = verb(task, args["--by"])
-        emit(f"{after.id} is blocked by " + (", ".join(after.blocked_by) or "nothing"))
-        return 0
+        return _print(after, as_json, f"{after.id} is blocked by " + (", ".join(after.blocked_by) or "nothing"))
     if args["next"] or args["list"]:
         found = task_api.task_next(args["<workstream>"]) if args["next"] else task_api.task_list(args["--status"] or [])
-        if args["--json"]:
+        if as_json:
             emit_json([t.as_json() for t in found])
         elif not found:
             emit("no ready tasks" if args["next"] else "no tasks")
@@ -92,34 +93,46 @@ def run(args: Dict[str, Any]) -> int:
             _rows(found)
         return 0
     if args["tree"]:
-        for node in task_api.task_tree(task, down=bool(args["--down"])):
+        nodes = task_api.task_tree(task, down=bool(args["--down"]))
+        if as_json:
+            emit_json([node.as_json() for node in nodes])
+            return 0
+        for node in nodes:
             t = node.task
             emit("  " * node.depth + f"{t.id} [{t.status}" + (f", {t.claimed_by}" if t.claimed_by else "")
                  + f"] {t.title}")
         return 0
     if args["show"]:
         story = task_api.task_show(task)
-        if args["--json"]:
+        if as_json:
             emit_json(story.as_json())
         else:
             _story(story)
         return 0
     if args["claim"]:
         result = task_api.task_claim(task, args["--for"])
-        emit(f"{result.task.id} is claimed by {result.task.claimed_by}" + ("" if result.claimed else " (already)"))
-        return 0
+        return _print(result, as_json, f"{result.task.id} is claimed by {result.task.claimed_by}"
+                      + ("" if result.claimed else " (already)"))
     if args["note"]:
-        task_api.task_note(task, args["<text>"])
-        return 0
+        noted = task_api.task_note(task, args["<text>"])
+        return _print(noted, as_json, None)
     if args["close"]:
-        emit(f"{task_api.task_close(task, args['--evidence']).id} is closed")
-        return 0
+        closed = task_api.task_close(task, args["--evidence"])
+        return _print(closed, as_json, f"{closed.id} is closed")
     if args["release"]:
-        emit(f"{task_api.task_release(task, reopen=bool(args['--reopen'])).id} is open")
-        return 0
+        released = task_api.task_release(task, reopen=bool(args["--reopen"]))
+        return _print(released, as_json, f"{released.id} is open")
     if args["reject"] or args["defer"]:
         verb = task_api.task_reject if args["reject"] else task_api.task_defer
         shelved = verb(task, cascade=bool(args["--cascade"]))
-        emit(f"{shelved.status}: " + ", ".join(shelved.changed))
-        return 0
+        return _print(shelved, as_json, f"{shelved.status}: " + ", ".join(shelved.changed))
     raise UsageError("no such `mu task` verb")
+
+
+def _print(result: Any, as_json: bool, line: Optional[str]) -> int:
+    """A verb's result: its document with --json, else its line (if any)."""
+    if as_json:
+        emit_json(result.as_json())
+    elif line is not None:
+        emit(line)
+    return 0

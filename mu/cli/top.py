@@ -1,6 +1,6 @@
 """
 Usage:
-  mu top [--once] [--workstream <ws>]
+  mu top [--once [--json]] [--workstream <ws>]
 
 A live, read-only view of the crew in the terminal: the agents (turn,
 runs, how long in that state, the last text's first line, a blocked
@@ -13,6 +13,7 @@ w cycles the workstream shown, r reads everything again, q leaves.
 
 Options:
   --once               Print one frame as text and exit (for scripts).
+  --json               With --once: print the frame as one JSON document on stdout and nothing else there.
   --workstream <ws>    Show only this workstream's agents and tasks.
 """
 
@@ -48,6 +49,15 @@ def run(args: Dict[str, Any]) -> int:
         from mu.agents import split_agent
 
         split_agent(f"{workstream}/x")  # the workstream's own rule: a bad one is a UsageError
+    if args["--json"] and not args["--once"]:
+        from mu.errors import UsageError
+
+        raise UsageError("--json goes with --once", "`mu top --once --json` prints one frame as JSON")
+    if args["--once"] and args["--json"]:
+        from mu.cli.output import emit_json
+
+        emit_json(frame_json(crew.frame(), View(workstream=workstream)))
+        return 0
     if args["--once"]:
         width = shutil.get_terminal_size((120, 40)).columns
         lines = render(crew.frame(), View(workstream=workstream), width, None)
@@ -156,6 +166,22 @@ def _tail(shown: Frame, agent: Optional[str]) -> List[str]:
         return panes.backend_for(ref).tail(ref, TAIL_LINES, Deadline.after(2.0)).splitlines()
     except MuError as e:
         return [f"(its pane cannot be read: {e.message})"]
+
+
+def frame_json(shown: Frame, view: View) -> Dict[str, Any]:
+    """The frame `--once` prints, as one document: the same rows, the
+    workstream shown (null: all), each time in ms since the epoch."""
+    return {
+        "at": shown.at_ms, "workstream": view.workstream, "asked": shown.asked,
+        "agents": [{"agent": r.agent, "host": r.host, "liveness": r.liveness, "turn": r.turn, "runs": r.runs,
+                    "since": r.since_ms, "lastLine": r.last_line or None, "question": r.question,
+                    "reason": r.reason} for r in _agents(shown, view)],
+        "tasks": [{"id": t.id, "workstream": t.workstream, "title": t.title, "status": t.status, "owner": t.owner}
+                  for t in shown.tasks if view.workstream in (None, t.workstream)],
+        "hosts": [{"name": h.name, "state": h.state, "deadlineAt": h.deadline_at, "agents": h.agents}
+                  for h in shown.hosts],
+        "notices": [n.as_json() for n in shown.notices],
+    }
 
 
 # -- one frame as lines -------------------------------------------------------------------------

@@ -23,15 +23,56 @@ Options:
 
 from __future__ import annotations
 
+import shlex
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from mu.api import waiting as wait_api
 from mu.cli.output import emit, emit_json, error, iso_ms
-from mu.errors import UsageError
+from mu.environment import hints_on
+from mu.errors import TimedOut, UsageError
 
 
 def run(args: Dict[str, Any]) -> int:
+    try:
+        return _run(args)
+    except TimedOut as e:
+        if e.hint is None and not args["--json"] and hints_on():
+            e.hint = _doing(args["<agent>"], args["--task"] or [])
+        raise
+
+
+def _doing(agents: List[str], tasks: List[str]) -> Optional[str]:
+    """What the one agent a wait timed out on is doing, and the command
+    that acts on it, read once more now; for several (or every live one),
+    the command that shows them all; for tasks alone, the task."""
+    if len(agents) != 1:
+        if not agents and len(tasks) == 1:
+            return f"`mu task show {shlex.quote(tasks[0])}` shows where the task stands"
+        return "`mu state` shows what each agent is doing"
+    from mu.api import agents as agent_api
+    from mu.errors import MuError
+
+    name = shlex.quote(agents[0])
+    try:
+        info = agent_api.agent_show(agents[0])
+    except MuError:
+        return f"`mu agent show {name}` reads what it is doing"
+    runs = "no run yet" if not info.runs else f"{info.runs} run{'' if info.runs == 1 else 's'} done"
+    if info.liveness == "dead":
+        return f"{info.agent} is dead, its job {info.state}: `mu agent close {name}` clears it"
+    if info.turn == "busy":
+        return f"{info.agent} is busy, a turn under way ({runs}): `mu agent read {name}` shows its pane"
+    if info.turn == "idle":
+        return f"{info.agent} is idle ({runs}), nothing under way: `mu send {name} '<text>'` gives it a turn"
+    if info.turn == "blocked":
+        from mu.agents import blocks
+
+        return f"{info.agent} is blocked on a question: `{blocks.of(info.agent, info.turn_reason).command}` answers it"
+    return f"{info.agent}'s turn cannot be read now: `mu agent show {name}` reads it again"
+
+
+def _run(args: Dict[str, Any]) -> int:
     after = _after(args["--after"])
     timeout = _timeout(args["--timeout"])
     as_json = bool(args["--json"])
