@@ -48,13 +48,14 @@ from typing import Any, Dict, NamedTuple, Optional
 from mu import git
 from mu.agents import hosting, site, split_agent
 from mu.deadline import GRACE_S, Deadline
-from mu.errors import CallError, MuError, NotFound, Permanent, PluginRefused, Refused, StateError
+from mu.errors import CallError, MuError, Permanent, PluginRefused, Refused, StateError
 from mu.runtime import crashpoints
 from mu.runtime.client import PluginClient
 from mu.seams.link import DEFAULT_TIMEOUT_MS, Link
 from mu.store import agents, db, hosts, jobs, locks, trees
 from mu.store.journal import journal
 from mu.store.trees import Tree
+from mu.store.unknown import not_found
 
 COLLECT_S = 120.0  # a collect's default deadline: a fetch, two looks at the tree, local git
 
@@ -113,7 +114,7 @@ def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional
         if tree is None:
             workstream, name = split_agent(agent_name)
             if agents.find(workstream, name) is None and jobs.of_agent(agent_name) is None:
-                raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+                raise not_found("agent", agent_name)
             raise Refused(f"agent {agent_name} has no worktree: nothing to collect",
                           "only an agent spawned with --worktree has commits to collect")
         host = _host_of(tree)

@@ -71,7 +71,7 @@ from mu import environment, panes
 from mu.agents import harnesses, jobseam, site, split_agent
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.effects import engine
-from mu.errors import CallError, MuError, NotFound, Permanent, Refused, Terminating, UnknownOutcome, UsageError
+from mu.errors import CallError, MuError, Permanent, Refused, Terminating, UnknownOutcome, UsageError
 from mu.ids import uuid7
 from mu.panes import PaneRef
 from mu.runtime import crashpoints
@@ -85,6 +85,7 @@ from mu.store.agents import Agent
 from mu.store.hosts import Profile, ProviderHost
 from mu.store.journal import journal
 from mu.store.tasks import Task
+from mu.store.unknown import not_found
 
 # How long a pane may take to open.
 PANE_OPEN_S = 20.0
@@ -172,7 +173,7 @@ def _provider_host(name: str) -> Union[ProviderHost, Profile]:
     one is refused by the job seam's check)."""
     host = hosts.find(name)
     if host is None:
-        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        raise not_found("host", name)
     return host
 
 
@@ -246,7 +247,7 @@ def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str]
         return None, None
     task = tasks.find(request.task)
     if task is None:
-        raise NotFound(f"no task {request.task!r}", "`mu task list` shows the tasks and their ids")
+        raise not_found("task", request.task)
     if task.workstream != workstream:
         raise Refused(f"task {task.id} is workstream {task.workstream}'s, not {workstream}'s",
                       f"spawn it as {task.workstream}/<name>")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from mu.errors import NotFound, Refused
 from mu.store import db
+from mu.store.unknown import not_found
 
 
 class PluginRecord(NamedTuple):
@@ -52,7 +53,7 @@ def get(name: str) -> PluginRecord:
     with db.reading() as conn:
         row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
     if row is None:
-        raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+        raise not_found("plugin", name)
     return _record(row)
 
 
@@ -134,7 +135,7 @@ CONSUMERS = (
 def remove(name: str) -> None:
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM plugins WHERE name = ?", (name,)).fetchone() is None:
-            raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+            raise not_found("plugin", name, conn)
         for table, column, what, remedy in CONSUMERS:
             row = conn.execute(f"SELECT {column} FROM {table} WHERE plugin = ? LIMIT 1", (name,)).fetchone()
             if row is not None:
