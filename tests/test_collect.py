@@ -376,3 +376,8 @@ def test_prune_deletes_the_merged_branches_of_closed_agents_only(host, checkout,
     assert snapshot(checkout) == before  # only refs under mu/ changed
     again = run_mu("collect", "--prune")
     assert again.stdout.strip() == f"nothing to prune in {checkout}"
+    outside = run_mu("collect", "--prune", "--into", str(tmp_path))
+    assert outside.returncode == 2
+    assert outside.stderr.splitlines() == [f"mu: {tmp_path} is not inside a git working tree",
+                                           "(run it inside the checkout whose branches to prune, or give --into"
+                                           " <checkout>)"]

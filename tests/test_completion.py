@@ -98,6 +98,12 @@ def test_a_tab_never_prints_an_error(shell_path):
     for typed in (["nosuch", ""], ["agent", "show", "w/a", "--", ""], ["log", "--since", ""]):
         done = run_mu("completion", "words", "--", *typed)
         assert done.returncode == 0 and done.stderr == "", typed
+    # a database that is not one: every other verb refuses it (exit 3); a Tab offers nothing
+    shell_path.mkdir()
+    (shell_path / "mu.db").write_text("not a database\n")
+    assert bash_tab("agent", "show", "") == []
+    done = run_mu("completion", "words", "--", "host", "status", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_the_harnesses_are_the_spawns():
@@ -129,3 +135,20 @@ def test_fish_loads_the_script_and_completes(crew):
     done = subprocess.run(["fish", "--no-config", "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["web/ann", "local"]
+
+
+def test_a_tab_in_an_interactive_bash_completes_the_line(crew, tmp_path):
+    # a person's terminal: bash in a tmux pane of the test's own, keys typed
+    from test_top import Screen
+
+    screen = Screen(tmp_path)
+    try:
+        screen.keys("exec bash --norc --noprofile", "Enter")
+        screen.keys("source <(mu completion bash); PS1='$ '", "Enter")
+        screen.keys("clear", "Enter")
+        screen.keys("mu agent sh", "Tab")
+        screen.shows("$ mu agent show")  # and a space: capture-pane drops it, the next word proves it
+        screen.keys("w", "Tab")
+        screen.shows("$ mu agent show web/ann")
+    finally:
+        screen.close()

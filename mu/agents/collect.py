@@ -148,7 +148,11 @@ def prune(into: Optional[str] = None, deadline: Optional[Deadline] = None) -> Pr
     is never touched; one not merged is kept and named; one checked out
     somewhere, or moved while this ran, is kept.  Only refs change."""
     deadline = deadline or Deadline.after(COLLECT_S)
-    checkout = git.toplevel(os.path.abspath(into or "."), deadline)
+    try:
+        checkout = git.toplevel(os.path.abspath(into or "."), deadline)
+    except Refused as e:
+        raise Refused(e.message, "run it inside the checkout whose branches to prune, or give --into <checkout>") \
+            from None
     pruned: List[str] = []
     kept: List[Tuple[str, str]] = []
     with locks.subject("checkout", checkout, deadline):
