@@ -14,7 +14,7 @@ file that cannot be read) completes nothing: a Tab never prints an error.
 What completes: the verbs; a group's commands; the options of the usage
 lines of the command typed; an option's value and a word of the line by
 what its usage calls it (`<agent>`, `--host <host>`: the names mu
-knows; `--harness <h>`: the harnesses; `<verb>`: the verbs; the shells).
+knows; `--harness <h>`: the harnesses; `<verb>`: the verbs).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import sys
 # the harnesses a spawn knows (mu.agents.spawn.HARNESSES: a test holds the
 # two alike; importing that module would cost a Tab its imports)
 HARNESSES = ("sh", "demo", "claude", "codex", "pi", "acp", "qwen", "gemini", "opencode")
-SHELLS = ("bash", "zsh", "fish")
 # mu's own verbs, beside its groups' (mu.cli.main.GROUPS, which the caller
 # passes: this module is below the command line's table, never above it)
 OWN_VERBS = ("help", "version")
@@ -38,7 +37,7 @@ _BY_OPTION = {
 # a word of the line, by what its usage calls it
 _BY_WORD = {
     "<agent>": "agent", "<task>": "task", "<host>": "host", "<plugin>": "plugin", "<workstream>": "workstream",
-    "<verb>": "verb", "<shell>": "shell",
+    "<verb>": "verb",
 }
 # `<name>` is a host's in `mu host`, a plugin's in `mu plugin`
 _NAME_OF = {"host": "host", "plugin": "plugin"}
@@ -217,8 +216,6 @@ def _kind(word: str, verb: str) -> object:
 def _names(kind: object) -> list:
     if kind == "harness":
         return list(HARNESSES)
-    if kind == "shell":
-        return list(SHELLS)
     query = _QUERIES.get(kind)  # type: ignore[arg-type]
     if query is None:
         return []
