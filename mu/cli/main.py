@@ -75,6 +75,13 @@ HELP_USAGE = """Usage:
 Prints <verb>'s usage, or without one mu's usage and its verbs."""
 
 
+VERSION_USAGE = """Usage:
+  mu version
+  mu --version
+
+Prints mu's version."""
+
+
 def group_module(verb: str) -> ModuleType:
     if verb not in GROUPS:
         from mu.cli.misuse import meant
@@ -90,6 +97,8 @@ def group_module(verb: str) -> ModuleType:
 def usage_of(verb: Optional[str]) -> str:
     if verb in ("help", "-h", "--help"):
         return HELP_USAGE
+    if verb == "version":
+        return VERSION_USAGE
     doc = (group_module(verb).__doc__ if verb else __doc__) or ""
     return doc.strip("\n")
 
@@ -224,6 +233,8 @@ def dispatch(argv: List[str]) -> int:
         print(usage_of(None))
         return 0
     if verb in ("--version", "version"):
+        if len(argv) > 1:
+            raise UsageError(f"`mu {verb}` takes no word: {argv[1]!r} is one too many", "`mu help version`")
         print(f"mu {mu.__version__}")
         return 0
     if verb == "help":
