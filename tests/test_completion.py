@@ -85,6 +85,8 @@ def test_bash_completes_verbs_commands_and_options(shell_path):
     assert bash_tab("send", "w/a", "hi", "--s") == ["--steer"]
     assert bash_tab("agent", "spawn", "w/a", "--harness", "c") == ["claude", "codex"]
     assert bash_tab("help", "ag") == ["agent"]
+    assert bash_tab("task", "list", "--status", "") == ["open", "in-progress", "closed", "rejected", "deferred"]
+    assert bash_tab("agent", "spawn", "w/a", "--role", "r") == ["read-only"]
     assert bash_tab("completion", "") == ["bash", "zsh", "fish"]
     # an option already given is not offered again; one that repeats is
     assert "--json" not in bash_tab("agent", "list", "--json", "--")
@@ -106,11 +108,16 @@ def test_a_tab_never_prints_an_error(shell_path):
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
-def test_the_harnesses_are_the_spawns():
+def test_the_words_completed_are_the_ones_mu_takes():
     from mu.agents.spawn import HARNESSES
+    from mu.cli.complete import FIXED
     from mu.cli.complete import HARNESSES as completed
+    from mu.harness.bridge.common import ROLES
+    from mu.seams.checks import PHASES
+    from mu.store.tasks import STATUSES
 
     assert tuple(HARNESSES) == completed
+    assert FIXED == {"--role": ROLES, "--status": STATUSES, "--phase": PHASES}
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")

@@ -14,7 +14,8 @@ file that cannot be read) completes nothing: a Tab never prints an error.
 What completes: the verbs; a group's commands; the options of the usage
 lines of the command typed; an option's value and a word of the line by
 what its usage calls it (`<agent>`, `--host <host>`: the names mu
-knows; `--harness <h>`: the harnesses; `<verb>`: the verbs).
+knows; `--harness <h>`: the harnesses; `--role`, `--status`, `--phase`:
+their words; `<verb>`: the verbs).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ import sys
 # the harnesses a spawn knows (mu.agents.spawn.HARNESSES: a test holds the
 # two alike; importing that module would cost a Tab its imports)
 HARNESSES = ("sh", "demo", "claude", "codex", "pi", "acp", "qwen", "gemini", "opencode")
+# the words some options take, copied the same way (the roles of
+# mu.harness.bridge.common.ROLES, mu.store.tasks.STATUSES, mu.seams.checks.PHASES)
+FIXED = {
+    "--role": ("full-access", "read-only"),
+    "--status": ("open", "in-progress", "closed", "rejected", "deferred"),
+    "--phase": ("template", "reach", "agent"),
+}
 # mu's own verbs, beside its groups' (mu.cli.main.GROUPS, which the caller
 # passes: this module is below the command line's table, never above it)
 OWN_VERBS = ("help", "version")
@@ -95,6 +103,8 @@ def candidates(before: list, current: str, groups: dict) -> list:
         return []  # after `--`, words are texts and argv: nothing to name
     takes = _valued(lines)
     if rest and rest[-1] in takes:
+        if rest[-1] in FIXED:
+            return list(FIXED[rest[-1]])
         kind = _BY_OPTION.get(rest[-1])
         return _names(kind) if kind else []
     if current.startswith("-"):
