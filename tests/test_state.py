@@ -253,3 +253,6 @@ def test_a_released_host_leaves_mu_state_and_host_list_shows_it_released_without
     rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
     assert rows["gone"] == ["provider", "fake", "released", "-"]
     assert rows["later"][2] == "ready" and rows["later"][3] != "-"
+    status = run_mu("host", "status", "gone")
+    assert status.returncode == 0, status.stderr
+    assert "state: released" in status.stdout and "deadline" not in status.stdout

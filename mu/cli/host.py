@@ -158,7 +158,7 @@ def verb_status(args: Dict[str, Any]) -> int:
 
 def _deadline_text(host: ProviderHostInfo) -> str:
     parts = []
-    if host.deadline_at is not None:
+    if host.deadline_at is not None and host.state != "released":  # a released host's deadline is no one's
         parts.append(f"deadline {iso_ms(host.deadline_at)}")
     if host.idle_reclaim_ms is not None:
         parts.append(f"idle reclaim after {host.idle_reclaim_ms} ms")
