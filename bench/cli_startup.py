@@ -4,7 +4,9 @@ Subjects, each `bin/mu` run by the interpreter that runs mu, spawn to
 exit, against a private state folder with one plugin registered
 (`mu-plugin-bench` as `bench`) and one host profile (`box`, reached
 through it): `mu --version` and `mu help` (targets: within 1.5x the
-floor), `mu plugin list` and `mu host list` (targets: within 2.5x).  Floor:
+floor), `mu plugin list` and `mu host list` (targets: within 2.5x), and a
+shell's Tab, `mu completion words -- host status ""` (the hosts, read from
+the database; target: within 2x).  Floor:
 `python -c pass` on the same interpreter.  Runs are interleaved.
 
 Records: `mu host list` against two more private databases, one with 10
@@ -29,7 +31,7 @@ import harness
 from harness import MU, PLUGIN, PYTHON, Row, run_s
 
 #: The largest ratio against `python -c pass`, per command.
-TARGETS = {"version": 1.5, "help": 1.5, "plugin-list": 2.5, "host-list": 2.5}
+TARGETS = {"version": 1.5, "help": 1.5, "plugin-list": 2.5, "host-list": 2.5, "completion": 2.0}
 #: Host profiles in the two record databases.
 FEW, MANY = 10, 1000
 DEPENDENCIES = ("jsonschema", "psutil", "filelock", "yaml", "docopt")
@@ -77,6 +79,7 @@ def body(opts: harness.Options) -> None:
         "help": [PYTHON, MU, "help"],
         "plugin-list": [PYTHON, MU, "plugin", "list"],
         "host-list": [PYTHON, MU, "host", "list"],
+        "completion": [PYTHON, MU, "completion", "words", "--", "host", "status", ""],
     }
     sides = {name: (lambda argv=argv: run_s(argv)) for name, argv in commands.items()}
     uncached = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
@@ -108,6 +111,7 @@ def body(opts: harness.Options) -> None:
         command_row("help", "mu help"),
         command_row("plugin-list", "mu plugin list (1 plugin)"),
         command_row("host-list", "mu host list (1 host profile)"),
+        command_row("completion", "a Tab: mu completion words -- host status ''"),
         command_row("plugin-list-uncached", "mu plugin list, no bytecode cache"),
         command_row(f"hosts-{FEW}", f"mu host list, {FEW} host profiles"),
         command_row(f"hosts-{MANY}", f"mu host list, {MANY:,} host profiles"),
@@ -126,7 +130,7 @@ def body(opts: harness.Options) -> None:
         " cross-CPU wake-up adds are within its noise",
     ]
     profiled = (("plugin list", commands["plugin-list"]), ("host list", commands["host-list"]),
-                ("--version", commands["version"]))
+                ("--version", commands["version"]), ("completion words", commands["completion"]))
     for verb, argv in profiled:
         profile = harness.import_profile(argv, profile_runs, dict(os.environ))
         total = sum(i.self_us for i in profile.values()) / 1000

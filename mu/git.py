@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from mu.deadline import Deadline
 from mu.errors import CallError, Refused, UsageError
@@ -222,6 +222,21 @@ def move_branch(repo: str, ref: str, new: str, old: Optional[str], deadline: Dea
                        f" into it (it read {old[:12] if old else 'no branch'}): it is left as it is",
                        detail=first_line(ran.err))
     raise GitFailed(f"could not move {ref} in {repo} to {new[:12]}", detail=first_line(ran.err))
+
+
+def mu_branches(repo: str, deadline: Deadline) -> List[Tuple[str, str]]:
+    """(ref, commit) of every branch under refs/heads/mu/, by name."""
+    out = _must(["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/mu/"], repo, deadline)
+    return [tuple(line.split(" ", 1)) for line in out.splitlines() if " " in line]  # type: ignore[misc]
+
+
+def delete_branch(repo: str, ref: str, old: str, deadline: Deadline) -> bool:
+    """Delete branch `ref` if it still names `old` and is checked out
+    nowhere (`git update-ref -d <ref> <old>`, a compare-and-swap); whether
+    it was deleted."""
+    if checked_out_at(repo, ref, deadline) is not None:
+        return False
+    return run(["update-ref", "-d", ref, old], repo, deadline).code == 0
 
 
 def subject_of(repo: str, commit: str, deadline: Deadline) -> str:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from mu.errors import UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, Optional
+
 # The rule as a pattern, for whoever wants one (`mu.runtime.trust` shows
 # it); `check_name` tests the same rule by hand, so that a verb checking a
 # name does not import `re` for it (milliseconds of start-up).
@@ -29,6 +33,17 @@ def check_name(name: str, what: str = "plugin") -> None:
             f"{what} name {name!r} is not valid",
             "names are lower-case letters, digits, '-' and '_', starting with a letter or digit",
         )
+
+
+def closest(word: str, known: Iterable[str]) -> Optional[str]:
+    """The one known word a small edit away from `word` (a slip of the
+    keyboard: `wiat`, `ws/claud1`, `write-the-tets`), or None.  One rule for
+    every guess mu makes, a verb's or an option's (`mu.cli.misuse`) and a
+    recorded name's (`mu.store.unknown`)."""
+    import difflib  # where it is used: only a refusal needs it
+
+    found = difflib.get_close_matches(word, sorted(set(known)), n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def __getattr__(attribute: str) -> object:

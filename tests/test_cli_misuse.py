@@ -30,6 +30,7 @@ from mu.cli.misuse import closest, explain
     (["agent", "spawn", "w/a"], "`mu agent spawn` needs --host <host>", "`mu help agent` prints its usage"),
     (["agent", "show", "w/a", "w/b"], "`mu agent show` takes <agent> besides its options; 'w/b' is one word too many",
      "`mu help agent` prints its usage"),
+    (["version", "--json"], "`mu version` takes no word: '--json' is one too many", "`mu help version`"),
     (["host", "lst"], "'lst' is not a `mu host` command (did you mean list?)",
      "the commands: add, acquire, status, release, list, rm, settle, check, exec (`mu help host`)"),
 ])
@@ -56,3 +57,9 @@ def test_a_guess_is_made_only_a_slip_away():
 
 def test_after_a_double_dash_nothing_is_an_option():
     assert explain("Usage:\n  mu x <a> [--json]\n", ["x", "--", "--jsn"]) is None  # a word, as <a>
+
+
+def test_mu_version_is_a_verb_with_its_help(isolated):
+    assert run_mu("version").stdout == run_mu("--version").stdout
+    helped = run_mu("help", "version")
+    assert helped.returncode == 0 and helped.stdout.splitlines()[:3] == ["Usage:", "  mu version", "  mu --version"]

@@ -101,7 +101,7 @@ def test_collect_moves_the_branch_and_never_touches_the_users_work(host, checkou
     got = json.loads(out.stdout)
     head = tree_head(host)
     assert got == {"agent": "w/a", "checkout": str(checkout), "branch": "mu/w/a", "commit": head, "previous": None,
-                   "new": 1, "holds": 1}
+                   "new": 1, "holds": 1, "empty": False}
     assert git("rev-parse", "refs/heads/mu/w/a", cwd=checkout) == head
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "agent-work"
     assert snapshot(checkout) == before
@@ -335,3 +335,49 @@ def test_a_gone_spawning_checkout_is_replaced_with_collect_into(host, checkout, 
     assert closed.returncode == 0, closed.stderr
     assert f"collected mu/w/a at {head}" in closed.stdout
     assert rows(isolated, "trees") == [] and rows(isolated, "agents") == []
+
+
+# -- an agent with no commit of its own, and --prune ------------------------------------
+
+
+def test_an_agent_with_no_commit_of_its_own_gets_no_branch(host, checkout, isolated):
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command", ready("sleep 60"))
+    assert out.returncode == 0, out.stderr
+    start = git("rev-parse", "HEAD", cwd=checkout)
+    collected = run_mu("collect", "w/a")
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.splitlines() == [f"w/a has no commit of its own past {start}: branch mu/w/a not made"]
+    closed = run_mu("agent", "close", "w/a")
+    assert closed.returncode == 0, closed.stderr
+    assert closed.stdout.splitlines() == ["nothing to collect: w/a made no commit of its own (branch mu/w/a not made)",
+                                          "closed w/a"]
+    assert git("for-each-ref", "refs/heads/mu/", cwd=checkout) == ""
+    assert rows(isolated, "trees") == []
+
+
+def test_prune_deletes_the_merged_branches_of_closed_agents_only(host, checkout, tmp_path):
+    spawn_working(tmp_path, "from-a", name="w/a")
+    assert run_mu("agent", "close", "w/a").returncode == 0
+    spawn_working(tmp_path, "from-b", name="w/b")
+    assert run_mu("collect", "w/b").returncode == 0  # w/b lives: its branch is never pruned
+    # nothing merged yet: the closed agent's branch is kept, and said so
+    out = run_mu("collect", "--prune")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["kept mu/w/a: HEAD does not hold it"]
+    git("merge", "-q", "--ff-only", "mu/w/a", cwd=checkout)
+    git("merge", "-q", "--no-edit", "-s", "ours", "mu/w/b", cwd=checkout)  # merged, but w/b is still mu's
+    users_work(checkout)
+    before = snapshot(checkout)
+    out = run_mu("collect", "--prune", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"checkout": str(checkout), "pruned": ["mu/w/a"], "kept": []}
+    refs = git("for-each-ref", "--format=%(refname)", "refs/heads/mu/", cwd=checkout).split()
+    assert refs == ["refs/heads/mu/w/b"]
+    assert snapshot(checkout) == before  # only refs under mu/ changed
+    again = run_mu("collect", "--prune")
+    assert again.stdout.strip() == f"nothing to prune in {checkout}"
+    outside = run_mu("collect", "--prune", "--into", str(tmp_path))
+    assert outside.returncode == 2
+    assert outside.stderr.splitlines() == [f"mu: {tmp_path} is not inside a git working tree",
+                                           "(run it inside the checkout whose branches to prune, or give --into"
+                                           " <checkout>)"]

@@ -114,3 +114,35 @@ def test_a_bad_skill_setting_is_refused_before_any_call(config, monkeypatch, env
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines()[0] == "mu: " + says if env else says in out.stderr.splitlines()[0]
     assert "Traceback" not in out.stderr
+
+
+def test_a_key_mu_does_not_know_is_warned_about_naming_the_one_meant(config, monkeypatch):
+    monkeypatch.delenv("MU_SKILL", raising=False)
+    config.write_text("harnes: claude\nskill: true\nharnesses:\n  claud:\n    program: x\n"
+                      "  codex:\n    progam: y\n  pi:\n    program: z\n  frobnicate: 1\n")
+    out = run_mu("agent", "spawn", "w/a", "--host", "box")  # harness from the file: none there, so sh
+    assert out.returncode == 2, out.stderr
+    where = f"mu: warning: the config file {config} has a key mu does not know:"
+    assert out.stderr.splitlines() == [
+        "mu: the sh harness has no command line of its own: give --command",
+        f"{where} harnes (did you mean harness?)",
+        f"{where} harnesses.claud (did you mean harnesses.claude?)",
+        f"{where} harnesses.codex.progam (did you mean harnesses.codex.program?)",
+        f"{where} harnesses.frobnicate",
+    ]
+
+
+def test_a_config_that_is_not_yaml_names_its_line_and_column(config):
+    config.write_text("harness: claude\nharnesses:\n  claude:\n    program: x\n   codex: y\n")
+    out = run_mu("agent", "spawn", "w/a", "--host", "box")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        f"mu: cannot read the config file {config}, line 5, column 4: expected <block end>, but found"
+        " '<block mapping start>'",
+        "(it is YAML: a mapping of harness, skill and harnesses)"]
+
+
+def test_a_harness_a_slip_away_is_named(config):
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--harness", "claud")
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == "mu: mu knows no harness 'claud' (did you mean claude?)"

@@ -135,3 +135,26 @@ def test_the_installed_ssh_plugin_finds_the_programs_it_puts_on_a_host(installed
     lines = [line.split() for line in done.stdout.splitlines()]
     assert [cmd for cmd, _ in lines] == ['"$MU_SHIPPED_PY"'] * 2
     assert all(int(size) > 1000 for _, size in lines)  # the zipapp's whole text travels in the run.sh
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+def test_man_mu_works_with_the_install_on_path(installed, tmp_path):
+    # the README's install: the install's bin on PATH, and nothing else
+    # told where the pages are; `man` finds them beside the program
+    env = outside_env(installed, tmp_path)
+    env.pop("MANPATH", None)
+    env.update(HOME=str(tmp_path), MANPAGER="cat", PAGER="cat", MANWIDTH="80")
+    for page, says in (("mu", "run coding agents on hosts"), ("mu-completion", "mu completion words")):
+        found = subprocess.run(["man", "-w", page], env=env, capture_output=True, text=True, timeout=30)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.strip().startswith(str(installed)), found.stdout
+        shown = subprocess.run(["man", page], env=env, capture_output=True, text=True, timeout=30)
+        assert shown.returncode == 0 and says in shown.stdout, shown.stderr
+
+
+def test_mu_version_answers_as_dash_dash_version(installed, tmp_path):
+    env = outside_env(installed, tmp_path)
+    answers = [subprocess.run(["mu", *argv], env=env, capture_output=True, text=True, timeout=30)
+               for argv in (["version"], ["--version"])]
+    assert [a.returncode for a in answers] == [0, 0]
+    assert answers[0].stdout == answers[1].stdout and answers[0].stdout.startswith("mu ")

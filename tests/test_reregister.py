@@ -144,3 +144,24 @@ def test_a_need_already_unmet_is_not_this_changes_doing(provider, isolated):
         conn.execute("UPDATE hosts SET instance = 'long-gone' WHERE name = 'box'")
     out = add(provider)
     assert out.returncode == 0, out.stderr
+
+
+def test_force_with_another_argv_replaces_the_registration_when_nothing_is_stranded(fake):
+    assert add(fake).returncode == 0
+    refused = run_mu("plugin", "add", "fake", "--", str(fake), "--verbose")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"mu: plugin 'fake' is registered with another argv: {fake}",
+        "(`mu plugin add --force` replaces it, naming what it strands; or run `mu plugin rm fake` first)"]
+    out = run_mu("plugin", "add", "fake", "--force", "--", str(fake), "--verbose")
+    assert out.returncode == 0, out.stderr
+    assert "stranded" not in out.stdout
+    assert shown()["argv"] == [str(fake), "--verbose"]
+
+
+def test_force_with_another_argv_says_exactly_what_it_strands(provider):
+    out = run_mu("plugin", "add", "fake", "--force", "--", str(provider), "--verbose", env={"FAKE_INSTANCE": "other"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1:] == ["forced: 1 record(s) stranded (`mu log --plugin fake` names each)",
+                                           "stranded: host 'box' needs instance 'fake-1'"]
+    assert shown()["argv"] == [str(provider), "--verbose"] and shown()["instance"] == "other"

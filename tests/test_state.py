@@ -239,3 +239,20 @@ def test_no_notice_prints_none_for_a_job_that_ended_with_no_reason(world):
     assert blocked["command"] == "mu answer ws/b '<your answer>'"
     human = run_mu("state").stdout
     assert "None" not in human and "None" not in json.dumps(doc["notices"])
+
+
+def test_a_released_host_leaves_mu_state_and_host_list_shows_it_released_without_a_deadline(world):
+    soon = int(time.time() * 1000) + 3_600_000
+    world.host("gone", deadline_at=soon, state="released")
+    world.host("later", deadline_at=soon)
+    assert [h["name"] for h in state()["hosts"]] == ["box", "later"]
+    shown = run_mu("state")
+    assert shown.returncode == 0 and "gone" not in shown.stdout and "later" in shown.stdout
+    listed = run_mu("host", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
+    assert rows["gone"] == ["provider", "fake", "released", "-"]
+    assert rows["later"][2] == "ready" and rows["later"][3] != "-"
+    status = run_mu("host", "status", "gone")
+    assert status.returncode == 0, status.stderr
+    assert "state: released" in status.stdout and "deadline" not in status.stdout

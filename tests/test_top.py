@@ -53,15 +53,23 @@ def test_once_prints_one_frame_with_the_turns_texts_and_questions(crew):
 
     wait_for(lambda: "blocked" in frame(), timeout=20, what="w/b blocked")
     text = frame()
-    row_a = next(line for line in text.splitlines() if line.lstrip().startswith("w/a"))
+    row_a = next(line for line in text.splitlines() if line[2:].startswith("w/a "))
     assert "idle" in row_a and "You said: hello from the test" in row_a
-    row_b = next(line for line in text.splitlines() if line.lstrip().startswith("w/b"))
+    row_b = next(line for line in text.splitlines() if line[2:].startswith("w/b "))
     assert "? may I delete build?" in row_b
-    rows = {line.split()[0]: line.split()[1] for line in text.split("TASKS", 1)[1].split("HOSTS", 1)[0].splitlines()
+    rows = {line.split()[0]: line.split()[1:4] for line in text.split("TASKS", 1)[1].split("HOSTS", 1)[0].splitlines()
             if line.strip() and not line.lstrip().startswith("TASK")}
-    assert rows == {task: "ready", later: "blocked"}, text
+    # a task's status is the word `mu task list` says; what it waits on, its own column
+    assert rows == {task: ["open", "-", "-"], later: ["open", "-", task]}, text
+    listed = {t["id"]: t["status"] for t in json.loads(run_mu("task", "list", "--json").stdout)}
+    assert listed == {task: "open", later: "open"}
     assert "box" in text.split("HOSTS", 1)[1]
-    assert "keys:" not in text  # a frame for scripts, not a screen
+    # the frame the live view opens on: its first agent selected, marked,
+    # with the commands that act on it, and the keys line
+    assert row_a.startswith("> w/a") and not row_b.startswith(">")
+    assert text.splitlines()[-2:] == [
+        "w/a: mu send w/a '<text>'   mu collect w/a   mu agent close w/a",
+        "keys: ↑↓ move  enter open  w workstream  r read again  q quit"]
     other = run_mu("top", "--once", "--workstream", "elsewhere").stdout
     assert "w/a" not in other and "0 agents" in other
 

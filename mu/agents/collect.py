@@ -43,18 +43,19 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from mu import git
 from mu.agents import hosting, site, split_agent
 from mu.deadline import GRACE_S, Deadline
-from mu.errors import CallError, MuError, NotFound, Permanent, PluginRefused, Refused, StateError
+from mu.errors import CallError, MuError, Permanent, PluginRefused, Refused, StateError
 from mu.runtime import crashpoints
 from mu.runtime.client import PluginClient
 from mu.seams.link import DEFAULT_TIMEOUT_MS, Link
 from mu.store import agents, db, hosts, jobs, locks, trees
 from mu.store.journal import journal
 from mu.store.trees import Tree
+from mu.store.unknown import not_found
 
 COLLECT_S = 120.0  # a collect's default deadline: a fetch, two looks at the tree, local git
 
@@ -64,7 +65,10 @@ class Collected(NamedTuple):
     names `commit`; `new` is how many commits it has that the branch had
     before (that the tree started from, when the branch is new): what this
     collect added; `holds` how many it has that the tree started from: all
-    the agent's commits the branch holds, whichever collect brought them."""
+    the agent's commits the branch holds, whichever collect brought them.
+    `empty`: the tree is still at the commit it started from and there was
+    no branch, so none was made (a branch of no commit of the agent's would
+    only be one more to delete); `commit` is then that start."""
 
     agent: str
     checkout: str
@@ -73,10 +77,11 @@ class Collected(NamedTuple):
     previous: Optional[str]
     new: int
     holds: int = 0
+    empty: bool = False
 
     def as_json(self) -> Dict[str, Any]:
         return {"agent": self.agent, "checkout": self.checkout, "branch": self.branch, "commit": self.commit,
-                "previous": self.previous, "new": self.new, "holds": self.holds}
+                "previous": self.previous, "new": self.new, "holds": self.holds, "empty": self.empty}
 
 
 class TreeGone(Refused):
@@ -113,7 +118,7 @@ def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional
         if tree is None:
             workstream, name = split_agent(agent_name)
             if agents.find(workstream, name) is None and jobs.of_agent(agent_name) is None:
-                raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+                raise not_found("agent", agent_name)
             raise Refused(f"agent {agent_name} has no worktree: nothing to collect",
                           "only an agent spawned with --worktree has commits to collect")
         host = _host_of(tree)
@@ -124,6 +129,49 @@ def collect(agent_name: str, deadline: Optional[Deadline] = None, into: Optional
             trees.move_checkout(conn, agent_name, moved_to)
         journal().record(f"collect {agent_name}: its checkout is now {moved_to}", plugin=host.plugin)
         return got
+
+
+class Pruned(NamedTuple):
+    """What `prune` did in `checkout`: the branches it deleted, and those
+    of agents mu no longer has that it kept, each with why."""
+
+    checkout: str
+    pruned: List[str]
+    kept: List[Tuple[str, str]]
+
+
+def prune(into: Optional[str] = None, deadline: Optional[Deadline] = None) -> Pruned:
+    """Delete the branches `mu/<workstream>/<name>` of `into` (a checkout;
+    default the current folder's) that are done with: their agent is
+    closed (mu has no agent, job or tree of the name) and the checkout's
+    HEAD holds their commit (merged).  A branch of an agent mu still has
+    is never touched; one not merged is kept and named; one checked out
+    somewhere, or moved while this ran, is kept.  Only refs change."""
+    deadline = deadline or Deadline.after(COLLECT_S)
+    try:
+        checkout = git.toplevel(os.path.abspath(into or "."), deadline)
+    except Refused as e:
+        raise Refused(e.message, "run it inside the checkout whose branches to prune, or give --into <checkout>") \
+            from None
+    pruned: List[str] = []
+    kept: List[Tuple[str, str]] = []
+    with locks.subject("checkout", checkout, deadline):
+        head = git.ref_value(checkout, "HEAD", deadline)
+        for ref, commit in git.mu_branches(checkout, deadline):
+            branch = ref[len("refs/heads/"):]
+            agent = branch[len("mu/"):]
+            workstream, _, name = agent.partition("/")
+            if (agents.find(workstream, name) is not None or jobs.of_agent(agent) is not None
+                    or trees.of_agent(agent) is not None):
+                continue  # its agent is still mu's: a later collect moves it
+            if head is None or not git.is_ancestor(checkout, commit, head, deadline):
+                kept.append((branch, "HEAD does not hold it"))
+            elif git.delete_branch(checkout, ref, commit, deadline):
+                pruned.append(branch)
+                journal().record(f"collect --prune: {branch} at {commit[:12]} deleted from {checkout}: HEAD holds it")
+            else:
+                kept.append((branch, "checked out, or moved meanwhile"))
+    return Pruned(checkout, pruned, kept)
 
 
 def _host_of(tree: Tree):
@@ -191,6 +239,10 @@ def _collect(tree: Tree, host: Any, link: Link, deadline: Deadline, final: bool)
             raise git.GitFailed(f"the fetch from host {tree.host} brought {commit[:12]}, but tree {tree.path}'s HEAD"
                                 f" is {head[:12]}")
         branch = ref[len("refs/heads/"):]
+        if previous is None and tree.from_commit and commit == tree.from_commit:
+            journal().record(f"collect {tree.agent}: no commit of its own past {commit[:12]}; {branch} not made",
+                             plugin=host.plugin)
+            return Collected(tree.agent or "", checkout, branch, commit, None, 0, 0, True)
         if previous is not None and not git.is_ancestor(checkout, previous, commit, deadline):
             raise _would_drop(tree, checkout, branch, previous, commit, final, deadline)
         # a person may move the branch from here on: the move is a

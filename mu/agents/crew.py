@@ -51,8 +51,9 @@ class TaskRow(NamedTuple):
     id: str
     workstream: str
     title: str
-    status: str
+    status: str  # the task's own: open or in-progress (`mu task list` says the same word)
     owner: Optional[str]
+    waiting_on: Tuple[str, ...] = ()  # the tasks it is blocked by that are not closed yet
 
 
 class HostRow(NamedTuple):
@@ -124,14 +125,15 @@ def tasks() -> List[TaskRow]:
     out: `mu task list` has them."""
     from mu.agents import tasks as task_rules
 
+    # the order a person reads them in; the word shown is the status, the
+    # same as everywhere else, and what an open task waits on its own column
     shown = []
     for v in task_rules.views(("open", "in-progress")):
-        status = v.task.status if v.task.status != "open" else ("ready" if v.ready else "blocked"
-                                                                  if v.waiting_on else "open")
-        shown.append((v, status))
-    order = {"in-progress": 0, "ready": 1, "open": 2, "blocked": 3}
-    shown.sort(key=lambda vs: (order[vs[1]], -task_rules.value(vs[0].task), vs[0].task.created_at))
-    return [TaskRow(v.task.id, v.task.workstream, v.task.title, status, v.task.claimed_by) for v, status in shown]
+        rank = 0 if v.task.status != "open" else (1 if v.ready else 3 if v.waiting_on else 2)
+        shown.append((v, rank))
+    shown.sort(key=lambda vs: (vs[1], -task_rules.value(vs[0].task), vs[0].task.created_at))
+    return [TaskRow(v.task.id, v.task.workstream, v.task.title, v.task.status, v.task.claimed_by,
+                    tuple(v.waiting_on)) for v, _rank in shown]
 
 
 class Live:

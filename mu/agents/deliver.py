@@ -68,6 +68,7 @@ from mu.store.deliveries import Delivery
 from mu.store.intents import IntentRecord
 from mu.store.jobs import Job
 from mu.store.journal import journal
+from mu.store.unknown import not_found
 
 # How long a delivery waits for the agent's lock: another delivery (or a
 # close) to the same agent holds it for its whole call.
@@ -176,7 +177,7 @@ def _find(agent_name: str, conn: Optional[sqlite3.Connection] = None) -> _Target
     workstream, name = split_agent(agent_name)
     agent = agents.find(workstream, name, conn)
     if agent is None:
-        raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+        raise not_found("agent", agent_name)
     job = jobs.find(agent.job, conn)
     if job is None:
         raise NotFound(f"agent {agent_name} has no job record: it takes no delivery",
@@ -333,7 +334,7 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
 
     def write_row(conn: sqlite3.Connection) -> None:
         if agents.find(agent.workstream, agent.name, conn) is None:
-            raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+            raise not_found("agent", agent_name, conn)
         deliveries.insert(conn, msg_id=msg_id, workstream=agent.workstream, name=agent.name, kind=request.kind,
                           method=method, plugin=agent.plugin, job=job.token)
 

@@ -10,8 +10,11 @@ The config file is YAML; the keys read here:
         program: /opt/claude/bin/claude --model opus   # a command line
 
 What a caller may rely on: a malformed config file or value is a
-UsageError (one line, exit 2) before anything is written; a missing file
-is no config.
+UsageError (one line, exit 2) before anything is written, and a file that
+is not YAML names the line and column where it stops being so; a missing
+file is no config.  A key mu does not read is no error: it is named in
+`WARNINGS` (with the known key a slip away), which the command line
+prints as warnings.
 """
 
 from __future__ import annotations
@@ -20,30 +23,104 @@ import base64
 import os
 import shlex
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from mu import environment
 from mu.errors import UsageError
+from mu.names import closest
+
+# A harness names the agent program a job runs (`JobSpec.harness`).  The
+# value is the harness's own command line (`commandSource: "harness"`), or
+# None for a harness that only runs the line `--command` gives.  With
+# `--command`, the spec carries that line (`commandSource: "command"`),
+# which the kind must `honours`.
+HARNESSES: Dict[str, Optional[str]] = {
+    "sh": None,
+    "demo": "mu-demo-agent",  # examples/mu-demo-agent, on the host's PATH
+    # mu-bridge (mu.harness.bridge) runs the harness in its structured mode
+    # behind the turn files; its program: mu.agents.harnesses.program
+    "claude": "mu-bridge claude",
+    "codex": "mu-bridge codex",
+    "pi": "mu-bridge pi",
+    # an agent of the Agent Client Protocol: the one MU_HARNESS_ACP (or the
+    # config file's harnesses.acp.program) names, and the presets of Qwen
+    # Code, Gemini CLI and OpenCode
+    "acp": "mu-bridge acp",
+    "qwen": "mu-bridge qwen",
+    "gemini": "mu-bridge gemini",
+    "opencode": "mu-bridge opencode",
+}
+
 
 DEFAULT_HARNESS = "sh"
+
+# The keys the config file may hold: its top level, and each harness's.
+TOP_KEYS = ("harness", "skill", "harnesses")
+HARNESS_KEYS = ("program",)
+
+# What the config file holds that mu does not know, one line each, said
+# once an invocation: the command line prints them as warnings when the
+# verb ends (mu.cli.main), whatever became of it.
+WARNINGS: List[str] = []
+_loaded: Dict[Tuple[str, int, int], Dict[str, Any]] = {}
 
 
 def _config() -> Dict[str, Any]:
     path = environment.config_path()
-    if not os.path.exists(path):
-        return {}
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}  # no file: no config (one that cannot be read is refused below)
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _loaded:
+        _loaded.clear()
+        _loaded[key] = _read(path)
+    return _loaded[key]
+
+
+def _read(path: str) -> Dict[str, Any]:
     import yaml  # only when there is a file to read: it costs start-up time
 
     try:
         with open(path, encoding="utf-8") as f:
             value = yaml.safe_load(f)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise UsageError(f"cannot read the config file {path}{where}: {exc.problem or exc.context}",
+                         "it is YAML: a mapping of harness, skill and harnesses") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read the config file {path}: {str(exc).splitlines()[0]}") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise UsageError(f"the config file {path} is not a mapping")
+    for unknown in unknown_keys(value):
+        line = f"the config file {path} has a key mu does not know: {unknown}"
+        if line not in WARNINGS:
+            WARNINGS.append(line)
     return value
+
+
+def unknown_keys(config: Dict[Any, Any]) -> List[str]:
+    """Each key of `config` mu does not read, by its dotted path, with the
+    known one a slip away: `harnes (did you mean harness?)`."""
+    found = []
+
+    def check(key: Any, known: Tuple[str, ...], prefix: str) -> bool:
+        if key in known:
+            return True
+        guess = closest(str(key), known)
+        found.append(f"{prefix}{key}" + (f" (did you mean {prefix}{guess}?)" if guess else ""))
+        return False
+
+    for key, value in config.items():
+        if check(key, TOP_KEYS, "") and key == "harnesses" and isinstance(value, dict):
+            for name, entry in value.items():
+                if check(name, tuple(HARNESSES), "harnesses.") and isinstance(entry, dict):
+                    for inner in entry:
+                        check(inner, HARNESS_KEYS, f"harnesses.{name}.")
+    return found
 
 
 def default() -> str:

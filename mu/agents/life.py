@@ -63,6 +63,7 @@ from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, trees
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
+from mu.store.unknown import not_found
 
 PANE_S = 20.0
 # How long a read waits for an agent's lock before it leaves the reconcile
@@ -94,7 +95,7 @@ def get(agent_name: str) -> Agent:
     workstream, name = split_agent(agent_name)
     agent = agents.find(workstream, name)
     if agent is None:
-        raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+        raise not_found("agent", agent_name)
     return agent
 
 
@@ -358,7 +359,7 @@ def close(agent_name: str) -> Closed:
             if trees.of_agent(agent_name) is None:
                 if _close_deliveries(agent_name):
                     return Closed(agent_name, "", False)  # a close cut short after its job's records went
-                raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
+                raise not_found("agent", agent_name)
             closed = _final(agent_name, "", False)  # only its tree is left: a spawn cut short
             _close_deliveries(agent_name)
             return closed

@@ -71,8 +71,9 @@ from mu import environment, panes
 from mu.agents import harnesses, jobseam, site, split_agent
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.effects import engine
-from mu.errors import CallError, MuError, NotFound, Permanent, Refused, Terminating, UnknownOutcome, UsageError
+from mu.errors import CallError, MuError, Permanent, Refused, Terminating, UnknownOutcome, UsageError
 from mu.ids import uuid7
+from mu.names import closest
 from mu.panes import PaneRef
 from mu.runtime import crashpoints
 from mu.runtime.supervisor import supervisor
@@ -85,31 +86,14 @@ from mu.store.agents import Agent
 from mu.store.hosts import Profile, ProviderHost
 from mu.store.journal import journal
 from mu.store.tasks import Task
+from mu.store.unknown import not_found
 
 # How long a pane may take to open.
 PANE_OPEN_S = 20.0
 
-# A harness names the agent program a job runs (`JobSpec.harness`).  The
-# value is the harness's own command line (`commandSource: "harness"`), or
-# None for a harness that only runs the line `--command` gives.  With
-# `--command`, the spec carries that line (`commandSource: "command"`),
-# which the kind must `honours`.
-HARNESSES: Dict[str, Optional[str]] = {
-    "sh": None,
-    "demo": "mu-demo-agent",  # examples/mu-demo-agent, on the host's PATH
-    # mu-bridge (mu.harness.bridge) runs the harness in its structured mode
-    # behind the turn files; its program: mu.agents.harnesses.program
-    "claude": "mu-bridge claude",
-    "codex": "mu-bridge codex",
-    "pi": "mu-bridge pi",
-    # an agent of the Agent Client Protocol: the one MU_HARNESS_ACP (or the
-    # config file's harnesses.acp.program) names, and the presets of Qwen
-    # Code, Gemini CLI and OpenCode
-    "acp": "mu-bridge acp",
-    "qwen": "mu-bridge qwen",
-    "gemini": "mu-bridge gemini",
-    "opencode": "mu-bridge opencode",
-}
+# The harnesses and their command lines: mu.agents.harnesses, beside the
+# config file that names their programs.
+HARNESSES = harnesses.HARNESSES
 
 
 class SpawnRequest(NamedTuple):
@@ -172,7 +156,7 @@ def _provider_host(name: str) -> Union[ProviderHost, Profile]:
     one is refused by the job seam's check)."""
     host = hosts.find(name)
     if host is None:
-        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        raise not_found("host", name)
     return host
 
 
@@ -215,7 +199,9 @@ def _command_line(request: SpawnRequest) -> Tuple[str, str, str]:
     """(harness, cmd, commandSource) of the JobSpec."""
     harness = request.harness or ("sh" if request.command is not None else harnesses.default())
     if harness not in HARNESSES:
-        raise UsageError(f"mu knows no harness {harness!r}", f"the harnesses: {', '.join(sorted(HARNESSES))}")
+        guess = closest(harness, HARNESSES)
+        raise UsageError(f"mu knows no harness {harness!r}{f' (did you mean {guess}?)' if guess else ''}",
+                         f"the harnesses: {', '.join(sorted(HARNESSES))}")
     if request.command is not None:
         if not request.command.strip():
             raise UsageError("--command is empty: give the agent's command line")
@@ -246,7 +232,7 @@ def _first_prompt(request: SpawnRequest, workstream: str) -> Tuple[Optional[str]
         return None, None
     task = tasks.find(request.task)
     if task is None:
-        raise NotFound(f"no task {request.task!r}", "`mu task list` shows the tasks and their ids")
+        raise not_found("task", request.task)
     if task.workstream != workstream:
         raise Refused(f"task {task.id} is workstream {task.workstream}'s, not {workstream}'s",
                       f"spawn it as {task.workstream}/<name>")

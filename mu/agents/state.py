@@ -205,7 +205,10 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     notices[:0] = asking
     agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
-    host_rows = [_host_state(h, now_ms) for h in records.hosts]
+    # a released host is gone from the provider and from the crew: `mu host
+    # list` and `mu host status` still show its record
+    host_rows = [_host_state(h, now_ms) for h in records.hosts
+                 if not (isinstance(h, ProviderHost) and h.state == "released")]
     stale, tracks = task_glance.glance()  # claims of agents that are gone, and the parallel tracks
     notices += [Notice("task-claim", t, f"task {t} is claimed by {a}, which is gone", f"mu task release {t}")
                 for t, a in stale]

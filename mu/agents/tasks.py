@@ -27,11 +27,12 @@ import sqlite3
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from mu.agents import check_workstream, split_agent
-from mu.errors import NotFound, Refused, UsageError
+from mu.errors import Refused, UsageError
 from mu.runtime import crashpoints
 from mu.store import db
 from mu.store import tasks as store
 from mu.store.tasks import FINISHED, STATUSES, Event, Task
+from mu.store.unknown import not_found
 from mu.text import hidden_character
 
 DEFAULT_IMPACT = 50  # an unrated task's value is 50 over one day
@@ -63,7 +64,7 @@ def _written(verb: str) -> None:
 def _get(conn: sqlite3.Connection, task_id: str) -> Task:
     task = store.find(task_id, conn)
     if task is None:
-        raise NotFound(f"no task {task_id!r}", _HINT_LIST)
+        raise not_found("task", task_id, conn)
     return task
 
 
@@ -233,7 +234,7 @@ def view(task_id: str) -> Tuple[View, List[Event]]:
     with db.reading() as conn:
         found = _views(conn)
         if task_id not in found:
-            raise NotFound(f"no task {task_id!r}", _HINT_LIST)
+            raise not_found("task", task_id, conn)
         return found[task_id], store.events(conn, task_id)
 
 
@@ -252,7 +253,7 @@ def tree(task_id: str, down: bool = False) -> List[Tuple[int, View]]:
     with db.reading() as conn:
         found = _views(conn)
     if task_id not in found:
-        raise NotFound(f"no task {task_id!r}", _HINT_LIST)
+        raise not_found("task", task_id)
     out: List[Tuple[int, View]] = []
 
     def walk(tid: str, depth: int, seen: Set[str]) -> None:

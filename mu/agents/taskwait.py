@@ -31,9 +31,10 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from mu.deadline import Deadline
-from mu.errors import EXIT_BLOCKED, EXIT_DEADLINE, EXIT_OK, NotFound, TimedOut
+from mu.errors import EXIT_BLOCKED, EXIT_DEADLINE, EXIT_OK, TimedOut
 from mu.store import db
 from mu.store import tasks as store
+from mu.store.unknown import not_found
 
 FIRES = {"close": "closed", "reap": "reaped", "reject": "rejected", "defer": "deferred"}
 STARTS = ("add", "claim", "reopen")
@@ -70,7 +71,7 @@ def cursors(task_ids: Sequence[str]) -> Dict[str, int]:
     with db.reading() as conn:
         for tid in task_ids:
             if store.find(tid, conn) is None:
-                raise NotFound(f"no task {tid!r}", "`mu task list` shows the tasks and their ids")
+                raise not_found("task", tid, conn)
             row = conn.execute(f"SELECT COALESCE(MAX(seq), 0) FROM task_events WHERE task = ? AND kind IN"
                                f" ({','.join('?' * len(STARTS))})", (tid, *STARTS)).fetchone()
             out[tid] = int(row[0])

@@ -87,7 +87,6 @@ from mu.errors import (
     EXIT_OK,
     EXIT_USAGE,
     MuError,
-    NotFound,
     Permanent,
     Refused,
     TimedOut,
@@ -101,6 +100,7 @@ from mu.store import blocks as block_records
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
+from mu.store.unknown import not_found
 
 EVENTS = ("settled", "blocked", "dead", "restarted", "deadline")
 BLOCK_FAST_S, BLOCK_FAST_FOR_S, BLOCK_SLOW_S = 0.01, 5.0, 1.0  # readStates, for a block (the module's header)
@@ -183,7 +183,7 @@ def pick(names: List[str]) -> List[Agent]:
         workstream, name = split_agent(given)
         agent = agents.find(workstream, name)
         if agent is None:
-            raise NotFound(f"no agent named {given}", "`mu agent list` shows the agents mu knows")
+            raise not_found("agent", given)
         if all(a.agent != agent.agent for a in picked):
             picked.append(agent)
     return picked

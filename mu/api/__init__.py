@@ -42,7 +42,7 @@ from mu.api.agents import (
     agent_show,
     agent_spawn,
 )
-from mu.api.collects import CollectResult, collect
+from mu.api.collects import CollectResult, PruneResult, collect, collect_prune
 from mu.api.deliveries import (
     CheckResult,
     DeliveryResult,
@@ -115,7 +115,7 @@ __all__ = [
     "agent_spawn", "agent_list", "agent_show", "agent_read", "agent_close", "ReadResult", "ReattachResult",
     "ReleaseResult", "agent_reattach", "host_release", "CheckResult", "agent_check", "WaitResult", "wait",
     "StateResult", "state", "DeliveryResult", "send", "command", "interrupt", "abort", "answer", "delivery_check",
-    "CollectResult", "collect", "HostCheckStep", "HostCheckResult", "host_check", "DoctorResult", "doctor",
+    "CollectResult", "collect", "PruneResult", "collect_prune", "HostCheckStep", "HostCheckResult", "host_check", "DoctorResult", "doctor",
     "PluginInfo", "PluginAddResult", "plugin_add", "plugin_list", "plugin_show", "plugin_rm", "ProviderHostInfo",
     "ProfileInfo", "HostInfo", "HostAddResult", "AcquireResult", "HostStatusResult", "SettleResult", "ExecResult",
     "host_add", "host_acquire", "host_status", "host_list", "host_rm", "host_settle", "host_exec", "LogEntry",

@@ -67,7 +67,10 @@ def plugin_add(name: str, argv: List[str], force: bool = False) -> PluginAddResu
     handshake is `PluginRefused` (exit 4).  A new declaration that would
     strand a record using the plugin (protocol "Load rules") is
     `LoadRuleError` (exit 4) unless `force`; forced, each stranded record
-    is journaled and named in `stranded`."""
+    is journaled and named in `stranded`.  Another argv for a registered
+    name is `Refused` (exit 2) before anything runs, unless `force`:
+    then the new argv's handshake is checked as any new declaration is
+    (its instance, its seams), and the registration replaced."""
     from mu.runtime import trust
     from mu.runtime.client import PluginClient
     from mu.seams import consumers
@@ -76,7 +79,7 @@ def plugin_add(name: str, argv: List[str], force: bool = False) -> PluginAddResu
     trust.check_name(name)
     if not argv or not all(isinstance(word, str) for word in argv):
         raise UsageError("a plugin's argv is a list of strings, its executable first")
-    plugins.check_argv(name, argv)  # refused before anything runs
+    plugins.check_argv(name, argv, replace=force)  # refused before anything runs
     trust.check_executable(name, argv[0])
     with _plugins_stopped():
         client = PluginClient(name, list(argv))
@@ -98,7 +101,7 @@ def plugin_add(name: str, argv: List[str], force: bool = False) -> PluginAddResu
                 "keep what they need, or release or remove them first; `mu plugin add --force` records it anyway",
             )
 
-    record = plugins.register(name, list(argv), handshake, check=check)
+    record = plugins.register(name, list(argv), handshake, check=check, replace=force)
     journal().record(f"plugin add {name}: seams {','.join(sorted(record.seams))}", plugin=name)
     for each in stranded:
         journal().record(f"plugin add {name} --force: stranded {each.text()}", plugin=name)

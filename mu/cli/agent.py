@@ -220,7 +220,9 @@ def verb_close(args: Dict[str, Any]) -> int:
         return 0
     if closed.resolved:
         emit(f"an earlier effect on {closed.agent} resolved: {closed.resolved}")
-    if closed.collected is not None:
+    if closed.collected is not None and closed.collected.empty:
+        emit(f"nothing to collect: {closed.agent} made no commit of its own (branch {closed.collected.branch} not made)")
+    elif closed.collected is not None:
         got = closed.collected
         emit(f"collected {got.branch} at {got.commit}: {commits_held(got)}")
     if closed.lost:

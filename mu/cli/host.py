@@ -174,7 +174,7 @@ def verb_status(args: Dict[str, Any]) -> int:
 
 def _deadline_text(host: ProviderHostInfo) -> str:
     parts = []
-    if host.deadline_at is not None:
+    if host.deadline_at is not None and host.state != "released":  # a released host's deadline is no one's
         parts.append(f"deadline {iso_ms(host.deadline_at)}")
     if host.idle_reclaim_ms is not None:
         parts.append(f"idle reclaim after {host.idle_reclaim_ms} ms")
@@ -199,8 +199,10 @@ def verb_list(args: Dict[str, Any]) -> int:
         emit("no hosts (`mu host acquire` or `mu host add` makes one)")
         return 0
     now_ms = int(time.time() * 1000)
+    # a released host's deadline is no one's any more: not shown
     rows = [(name, "provider", plugin, listing.shown_state(state, deadline_at, margin_ms, now_ms),
-             "-" if deadline_at is None else iso_ms(deadline_at)) for name, plugin, state, deadline_at in providers]
+             "-" if deadline_at is None or state == "released" else iso_ms(deadline_at))
+            for name, plugin, state, deadline_at in providers]
     rows += [(name, "profile", plugin, "-", "-") for name, plugin in profiles]
     rows.sort(key=_first)  # by name, a provider host first (as the records were read) should two share one
     table(rows, ["NAME", "KIND", "PLUGIN", "STATE", "DEADLINE"])

@@ -3,6 +3,7 @@ Usage:
   mu <verb> [<args>...]
   mu help [<verb>]
   mu --version
+  mu version
 
 Verbs:
   plugin    register, inspect, call and test plugins
@@ -21,6 +22,7 @@ Verbs:
   skill     the SKILL.md that teaches an agent in a pane to use mu
   top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
+  completion  the script that has bash, zsh or fish complete mu's command lines
   help      print a verb's usage
 """
 
@@ -59,6 +61,7 @@ GROUPS = {
     "skill": "mu.cli.skill",
     "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
+    "completion": "mu.cli.completion",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.
@@ -70,6 +73,13 @@ HELP_USAGE = """Usage:
   mu help [<verb>]
 
 Prints <verb>'s usage, or without one mu's usage and its verbs."""
+
+
+VERSION_USAGE = """Usage:
+  mu version
+  mu --version
+
+Prints mu's version."""
 
 
 def group_module(verb: str) -> ModuleType:
@@ -87,6 +97,8 @@ def group_module(verb: str) -> ModuleType:
 def usage_of(verb: Optional[str]) -> str:
     if verb in ("help", "-h", "--help"):
         return HELP_USAGE
+    if verb == "version":
+        return VERSION_USAGE
     doc = (group_module(verb).__doc__ if verb else __doc__) or ""
     return doc.strip("\n")
 
@@ -220,7 +232,9 @@ def dispatch(argv: List[str]) -> int:
     if verb in ("-h", "--help"):
         print(usage_of(None))
         return 0
-    if verb == "--version":
+    if verb in ("--version", "version"):
+        if len(argv) > 1:
+            raise UsageError(f"`mu {verb}` takes no word: {argv[1]!r} is one too many", "`mu help version`")
         print(f"mu {mu.__version__}")
         return 0
     if verb == "help":
@@ -240,7 +254,7 @@ def answer_at_once(argv: List[str]) -> Optional[int]:
     """The exit code of `mu --version`, `mu help` and `mu -h`, answered
     without importing any other module; None for any other command line.
     Nothing they do needs the signal handling or the state folder."""
-    if argv == ["--version"]:
+    if argv in (["--version"], ["version"]):
         text = f"mu {mu.__version__}"
     elif argv in (["help"], ["-h"], ["--help"]):
         text = usage_of(None)
@@ -280,6 +294,11 @@ def main(argv: Optional[List[str]] = None, *, leaving: bool = False) -> int:
     quick = answer_at_once(argv)
     if quick is not None:
         return quick
+    if argv[:2] == ["completion", "words"]:
+        # a Tab: answered lean, before the signal handling and the state folder
+        from mu.cli.complete import answer
+
+        return answer(argv[2:], GROUPS)
     from mu.cli.output import error
     from mu.errors import EXIT_INTERNAL, LoadRuleError, MuError, Refused, Terminating, TrustError
 
@@ -335,6 +354,7 @@ def main(argv: Optional[List[str]] = None, *, leaving: bool = False) -> int:
         except BrokenPipeError:
             _quiet_stdout()
         _warn_lost_journal(reported)
+        _warn_config()
         if "mu.store.db" in sys.modules:
             from mu.store import db
 
@@ -420,6 +440,19 @@ def _warn_lost_journal(reported: Optional[MuError]) -> None:
     if count:
         entries = "entry was" if count == 1 else "entries were"
         error(f"warning: {count} journal {entries} not written: {because}")
+
+
+def _warn_config() -> None:
+    """One warning line for each key of the config file mu does not know,
+    when the verb read it (mu.agents.harnesses)."""
+    harnesses = sys.modules.get("mu.agents.harnesses")
+    if harnesses is None or not harnesses.WARNINGS:
+        return
+    from mu.cli.output import error
+
+    for line in harnesses.WARNINGS:
+        error(f"warning: {line}")
+    harnesses.WARNINGS.clear()
 
 
 def _quiet_stdout() -> None:

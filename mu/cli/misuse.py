@@ -12,18 +12,12 @@ refusal would not need.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from mu.names import closest
+
 _OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?:[ =](<[^>]+>))?")
-
-
-def closest(word: str, known: Iterable[str]) -> Optional[str]:
-    """The one known word a small edit away from `word` (a slip of the
-    keyboard), or None."""
-    found = difflib.get_close_matches(word, sorted(set(known)), n=1, cutoff=0.75)
-    return found[0] if found else None
 
 
 def meant(word: str, known: Iterable[str]) -> str:

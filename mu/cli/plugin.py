@@ -81,6 +81,8 @@ def add(name: str, argv: list, force: bool = False, as_json: bool = False) -> in
     emit(f"registered plugin {name}: {_seams_text(plugin.seams)}, instance {plugin.instance}")
     if added.stranded:
         emit(f"forced: {len(added.stranded)} record(s) stranded (`mu log --plugin {name}` names each)")
+        for each in added.stranded:
+            emit(f"stranded: {each}")
     return 0
 
 

@@ -12,7 +12,7 @@ Keys: up/down or k/j move, enter opens the agent (its recent output),
 w cycles the workstream shown, r reads everything again, q leaves.
 
 Options:
-  --once               Print one frame as text and exit (for scripts).
+  --once               Print the frame the live view opens on, as text, and exit.
   --json               With --once: print the frame as one JSON document on stdout and nothing else there.
   --workstream <ws>    Show only this workstream's agents and tasks.
 """
@@ -60,7 +60,9 @@ def run(args: Dict[str, Any]) -> int:
         return 0
     if args["--once"]:
         width = shutil.get_terminal_size((120, 40)).columns
-        lines = render(crew.frame(), View(workstream=workstream), width, None)
+        shown = crew.frame()
+        # the frame the live view opens on: its first agent selected
+        lines = render(shown, _keep_selection(shown, View(workstream=workstream)), width, None)
         sys.stdout.write("\n".join(lines) + "\n")
         return 0
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -216,7 +218,7 @@ def render(shown: Frame, view: View, width: int, height: Optional[int], tail: Op
         ("NOTICES", [f"  {n.kind}  {n.subject}: {n.text}" + (f"  → {n.command}" if n.command else "")
                      for n in shown.notices]),
     ]
-    footer = [""] + _commands(selected) + ([] if height is None else [KEYS])
+    footer = [""] + _commands(selected) + [KEYS]
     body = _fit_panels(panels, None if height is None else height - len(lines) - len(footer))
     return lines + [_fit(line, width) for line in body] + [_fit(line, width) for line in footer]
 
@@ -246,8 +248,11 @@ def _task_lines(tasks: List[crew.TaskRow]) -> List[str]:
     if not tasks:
         return ["  no tasks"]
     id_w = max(4, *(len(t.id) for t in tasks))
-    return [f"  {'TASK':<{id_w}}  {'STATUS':<11}  {'OWNER':<14}  TITLE"] + [
-        f"  {t.id:<{id_w}}  {t.status:<11}  {(t.owner or '-'):<14}  {t.title}" for t in tasks]
+    waits = [",".join(t.waiting_on) or "-" for t in tasks]
+    wait_w = max(10, *(len(w) for w in waits))
+    return [f"  {'TASK':<{id_w}}  {'STATUS':<11}  {'OWNER':<14}  {'WAITING ON':<{wait_w}}  TITLE"] + [
+        f"  {t.id:<{id_w}}  {t.status:<11}  {(t.owner or '-'):<14}  {w:<{wait_w}}  {t.title}"
+        for t, w in zip(tasks, waits)]
 
 
 def _host_lines(shown: Frame) -> List[str]:

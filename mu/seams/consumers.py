@@ -26,6 +26,8 @@ What mu uses of a plugin today, and so what the rows ask for:
   anyway).  Every call about the host goes only to the instance it was
   acquired under (protocol "Effects and replay"), so it needs that
   instance too: under another, release sends nothing and the host leaks;
+- a job not proven stopped needs the job seam and the instance that
+  started it (its stop goes only there);
 - an open intent record needs the instance it was written under (under
   another its resolution is `stop-changed`: nothing is asked or resent)
   and the seam its method belongs to.
@@ -123,9 +125,19 @@ def _intents(conn: sqlite3.Connection, plugin: str) -> List[Consumer]:
     return found
 
 
+def _jobs(conn: sqlite3.Connection, plugin: str) -> List[Consumer]:
+    # a job not proven stopped is stopped (and read) through the job seam,
+    # and only under the instance that started it
+    rows = conn.execute("SELECT token, agent, instance FROM jobs WHERE plugin = ? AND state != 'stopped'"
+                        " ORDER BY token", (plugin,))
+    return [Consumer("job", r["token"], [seam("job"), instance(r["instance"])],
+                     f"agent {r['agent']}" if r["agent"] else "") for r in rows]
+
+
 ROWS = (
     Row("host profile", _profiles),
     Row("host", _provider_hosts),
+    Row("job", _jobs),
     Row("intent", _intents),
 )
 

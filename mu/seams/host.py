@@ -31,7 +31,7 @@ from mu.effects import engine
 from mu.effects.engine import Remedy, Resolver
 from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
-from mu.errors import Human, LoadRuleError, NotFound, Permanent, Refused, UsageError
+from mu.errors import Human, LoadRuleError, Permanent, Refused, UsageError
 from mu.ids import uuid7
 from mu.runtime.client import PluginClient
 from mu.seams.fetch_template import check_template
@@ -39,6 +39,7 @@ from mu.store import db, hosts, intents, jobs, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal
+from mu.store.unknown import not_found
 
 # -- the policy over host records ---------------------------------------------------
 
@@ -79,7 +80,7 @@ def get(name: str) -> Host:
     """Host `name`'s record; `NotFound` (exit 2) when mu has none."""
     host = hosts.find(name)
     if host is None:
-        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        raise not_found("host", name)
     return host
 
 
@@ -258,7 +259,7 @@ def resolve(client: PluginClient, name: str) -> str:
 def _recorded(name: str) -> ProviderHost:
     host = hosts.find(name)
     if host is None:
-        raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+        raise not_found("host", name)
     if not isinstance(host, ProviderHost):
         raise Refused(f"host {name!r} is a plugin profile, not an acquired host", f"`mu host rm {name}` forgets a profile")
     return host
@@ -409,7 +410,7 @@ def remove(name: str) -> Host:
     with db.transaction() as conn:
         host = hosts.find(name, conn)  # read again in the transaction that forgets it
         if host is None:
-            raise NotFound(f"no host named {name!r}", "`mu host list` shows the hosts mu knows")
+            raise not_found("host", name, conn)
         if hosts.has_effect(conn, host):
             # resolved above unless another invocation opened one since: the last line of defence
             raise Refused(f"host {name!r} has an effect whose outcome is unknown",

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from mu.errors import NotFound, Refused
 from mu.store import db
+from mu.store.unknown import not_found
 
 
 class PluginRecord(NamedTuple):
@@ -52,7 +53,7 @@ def get(name: str) -> PluginRecord:
     with db.reading() as conn:
         row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
     if row is None:
-        raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+        raise not_found("plugin", name)
     return _record(row)
 
 
@@ -73,13 +74,15 @@ def channel_of(handshake: Dict[str, Any]) -> Optional[str]:
     return channel.get("name") if isinstance(channel, dict) else None
 
 
-def check_argv(name: str, argv: List[str]) -> None:
-    """Refuse another argv for a registered name, before anything runs."""
+def check_argv(name: str, argv: List[str], replace: bool = False) -> None:
+    """Refuse another argv for a registered name, before anything runs,
+    unless `replace` (`mu plugin add --force`: the handshake and the
+    stranding check then decide)."""
     existing = find(name)
-    if existing is not None and existing.argv != argv:
+    if existing is not None and existing.argv != argv and not replace:
         raise Refused(
             f"plugin {name!r} is registered with another argv: {' '.join(existing.argv)}",
-            f"run `mu plugin rm {name}` first",
+            f"`mu plugin add --force` replaces it, naming what it strands; or run `mu plugin rm {name}` first",
         )
 
 
@@ -89,21 +92,23 @@ ReRegisterCheck = Callable[[sqlite3.Connection, Dict[str, Any]], None]
 
 
 def register(
-    name: str, argv: List[str], handshake: Dict[str, Any], *, check: Optional[ReRegisterCheck] = None
+    name: str, argv: List[str], handshake: Dict[str, Any], *, check: Optional[ReRegisterCheck] = None,
+    replace: bool = False,
 ) -> PluginRecord:
     """Record (or re-record) a plugin after a successful handshake.
 
     For a name already registered, `check` (if given) sees the recorded
     handshake inside the same transaction as the write, so no record that
-    uses the plugin can appear between the check and the write."""
+    uses the plugin can appear between the check and the write.  Another
+    argv for it is refused unless `replace`, which records the new one."""
     now = int(time.time() * 1000)
     channel = channel_of(handshake)
     with db.transaction() as conn:
         row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
-        if row is not None and json.loads(row["argv"]) != argv:
+        if row is not None and json.loads(row["argv"]) != argv and not replace:
             raise Refused(
                 f"plugin {name!r} is registered with another argv: {' '.join(json.loads(row['argv']))}",
-                f"run `mu plugin rm {name}` first",
+                f"`mu plugin add --force` replaces it, naming what it strands; or run `mu plugin rm {name}` first",
             )
         if channel is not None:
             holder = conn.execute("SELECT name FROM plugins WHERE channel = ? AND name != ?", (channel, name)).fetchone()
@@ -114,8 +119,8 @@ def register(
         added = row["added_at"] if row is not None else now
         conn.execute(
             "INSERT INTO plugins (name, argv, handshake, channel, added_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(name) DO UPDATE SET handshake = excluded.handshake, channel = excluded.channel,"
-            " updated_at = excluded.updated_at",
+            " ON CONFLICT(name) DO UPDATE SET argv = excluded.argv, handshake = excluded.handshake,"
+            " channel = excluded.channel, updated_at = excluded.updated_at",
             (name, json.dumps(argv), json.dumps(handshake, sort_keys=True), channel, added, now),
         )
     return PluginRecord(name, argv, handshake, channel, added, now)
@@ -134,7 +139,7 @@ CONSUMERS = (
 def remove(name: str) -> None:
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM plugins WHERE name = ?", (name,)).fetchone() is None:
-            raise NotFound(f"no plugin named {name!r}", "`mu plugin list` shows the registered plugins")
+            raise not_found("plugin", name, conn)
         for table, column, what, remedy in CONSUMERS:
             row = conn.execute(f"SELECT {column} FROM {table} WHERE plugin = ? LIMIT 1", (name,)).fetchone()
             if row is not None:
