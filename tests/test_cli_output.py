@@ -28,6 +28,7 @@ NO_JSON = {
     "mu host exec": "the script's own output, passed through",
     "mu plugin call": "a plugin's result, always JSON",
     "mu skill": "a path, or the skill's text",
+    "mu completion": "a script for the shell, or the words a Tab completes",
 }
 
 
@@ -120,7 +121,7 @@ def test_the_verbs_of_an_agents_life_print_one_document_each(repo, tmp_path):
     frame = one_document(run_mu("top", "--once", "--json"))
     assert [(a["agent"], a["turn"], a["runs"]) for a in frame["agents"]] == [("web/a", "idle", 1)]
     assert [(t["id"], t["status"], t["owner"]) for t in frame["tasks"]] == [
-        ("tidy-the-notes", "in-progress", "web/a"), ("later", "ready", None)]
+        ("tidy-the-notes", "in-progress", "web/a"), ("later", "open", None)]
     assert [(h["name"], h["agents"]) for h in frame["hosts"]] == [("box", 1)]
     assert frame["workstream"] is None and frame["notices"] == []
     assert one_document(run_mu("top", "--once", "--json", "--workstream", "api"))["agents"] == []
