@@ -7,6 +7,9 @@ Usage:
   mu agent reattach <agent>
   mu agent close <agent>
   mu agent check <agent> <msgId> [--json]
+  mu agent commits <agent> [--json]
+  mu agent refresh <agent> [--onto <rev>] [--lossy] [--force] [--json]
+  mu agent recreate <agent> [--onto <rev>] [--lossy] [--force] [--json]
 
 Options:
   --host <host>       The host the agent runs on: a provider host, or a --plugin profile.
@@ -20,6 +23,9 @@ Options:
   --send <text>       The agent's first prompt (- reads it from standard input).
   --task <id>         A task to claim, its brief the first prompt.
   -n <lines>          How many lines of the pane's tail [default: 40].
+  --onto <rev>        The new base: a branch or commit of the spawning checkout; the branch the tree follows when not given.
+  --lossy             Drop the tree's uncommitted changes (and say which) rather than refuse.
+  --force             Refresh even while the agent's turn is busy, blocked or cannot be read.
   --json              Print one JSON document on stdout and nothing else there.
 """
 
@@ -43,9 +49,15 @@ agent_api = Lazy("mu.api.agents")
 delivery_api = Lazy("mu.api.deliveries")
 
 VERBS = ("spawn", "list", "show", "read", "reattach", "close", "check")
+WORKTREE_VERBS = ("commits", "refresh", "recreate")  # mu.cli.worktrees
 
 
 def run(args: Dict[str, Any]) -> int:
+    for verb in WORKTREE_VERBS:
+        if args[verb]:
+            from mu.cli import worktrees
+
+            return worktrees.run(verb, args)
     for verb in VERBS:
         if args[verb]:
             return globals()[f"verb_{verb}"](args)

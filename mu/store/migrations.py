@@ -277,6 +277,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (agent, job, incarnation, runs, since, pending)
     );
     """,
+    # 12: worktrees between waves (mu agent refresh, recreate).  A tree
+    # names the branch of its checkout it follows (`base_ref`, NULL when it
+    # was made from a commit no branch named), and, while a refresh or a
+    # recreate is under way, the base it is being brought onto
+    # (`refresh_to`): a crash leaves it set, and the next refresh of the
+    # agent settles it from the tree itself.  `from_commit` stays the base
+    # the tree's own commits start from: a refresh moves it.
+    """
+    ALTER TABLE trees ADD COLUMN base_ref TEXT;     -- refs/heads/<branch> of the spawning checkout
+    ALTER TABLE trees ADD COLUMN refresh_to TEXT;   -- the base a refresh under way brings the tree onto
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
