@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 from mu import environment
 from mu.agents import hosting
 from mu.agents.hosting import Host
-from mu.store import agents, db, hosts, intents, task_glance
+from mu.store import agents, db, hosts, intents, task_glance, trees
 from mu.store.agents import Glance
 from mu.store.hosts import ProviderHost
 
@@ -112,13 +112,16 @@ class Snapshot(NamedTuple):
     # each asked agent's whole reading, by name (empty when none was asked):
     # for a live view that shows more of an agent than `mu state` prints
     readings: Dict[str, Any] = {}
+    # each agent's worktree's staleness (mu.agents.staleness.Staleness), by agent
+    worktrees: List[Any] = []
 
     def as_json(self) -> Dict[str, Any]:
         # dict(zip(keys, row)) by map: no Python frame per agent
         return {"agents": list(map(dict, map(partial(zip, AGENT_JSON_KEYS), self.agents))),
                 "hosts": [h.as_json() for h in self.hosts],
                 "notices": [n.as_json() for n in self.notices], "asked": self.asked,
-                "tracks": [{"workstream": w, "tasks": t} for w, t in self.tracks]}
+                "tracks": [{"workstream": w, "tasks": t} for w, t in self.tracks],
+                "worktrees": [w.as_json() for w in self.worktrees]}
 
 
 class _Records(NamedTuple):
@@ -209,7 +212,23 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     stale, tracks = task_glance.glance()  # claims of agents that are gone, and the parallel tracks
     notices += [Notice("task-claim", t, f"task {t} is claimed by {a}, which is gone", f"mu task release {t}")
                 for t, a in stale]
-    return Snapshot(shown, host_rows, notices, ask, tracks, seen)
+    worktrees = _worktrees(notices)
+    return Snapshot(shown, host_rows, notices, ask, tracks, seen, worktrees)
+
+
+def _worktrees(notices: List[Notice]) -> List[Any]:
+    """Each agent's worktree's staleness; a notice for each past
+    `MU_STALE_COMMITS` (or with a refresh under way), appended to `notices`."""
+    if not trees.any_with_agent():
+        return []  # no git, no import: the common glance has no worktree
+    from mu.agents import staleness
+
+    found = list(staleness.all_staleness().values())
+    for one in found:
+        said = staleness.notice(one)
+        if said is not None:
+            notices.append(Notice("stale", one.agent, said[0], said[1]))
+    return found
 
 
 def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: Optional[int]) -> List[Notice]:

@@ -41,10 +41,11 @@ agent's name: `refresh-collected` (collected, nothing else done) and
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
-from mu import environment, git
+from mu import git
 from mu.agents import collect, site, split_agent
+from mu.agents.staleness import branch_of as _branch
 from mu.deadline import Deadline
 from mu.errors import MuError, NotFound, Permanent, Refused, UsageError
 from mu.runtime import crashpoints
@@ -54,7 +55,6 @@ from mu.store.journal import journal
 from mu.store.trees import Tree
 
 REFRESH_S = 300.0  # a refresh's deadline: a collect, a push, a merge on the host
-LOOK_S = 10.0  # local git for a staleness read
 MARKER = "mu-switch"  # in the worktree's git folder: the commit a switch under way moves the tree to
 
 
@@ -74,74 +74,6 @@ def _tree_of(agent_name: str) -> Tree:
             raise NotFound(f"no agent named {agent_name}", "`mu agent list` shows the agents mu knows")
         raise Refused(f"agent {agent_name} has no worktree", "only an agent spawned with --worktree has one")
     return tree
-
-
-def _branch(ref: Optional[str]) -> Optional[str]:
-    return ref[len("refs/heads/"):] if ref and ref.startswith("refs/heads/") else ref
-
-
-class Staleness(NamedTuple):
-    """How far an agent's tree is behind the branch it follows: `behind`
-    commits of `branch` (in the spawning checkout) that its base `base`
-    lacks; None when it cannot be told (no branch recorded, the checkout or
-    the commit gone).  `refreshing` is true while a refresh is under way
-    or was cut short."""
-
-    agent: str
-    branch: Optional[str]
-    base: Optional[str]
-    behind: Optional[int]
-    refreshing: bool = False
-
-    @property
-    def stale(self) -> bool:
-        return self.behind is not None and self.behind > environment.stale_commits()
-
-    def as_json(self) -> Dict[str, Any]:
-        return {"agent": self.agent, "branch": self.branch, "base": self.base, "behind": self.behind,
-                "refreshing": self.refreshing}
-
-
-def staleness(tree: Tree, deadline: Optional[Deadline] = None) -> Staleness:
-    """The tree's staleness, from local git in its spawning checkout only
-    (no call to the host).  Never raises for git that cannot answer."""
-    deadline = deadline or Deadline.after(LOOK_S)
-    behind = None
-    if tree.base_ref and tree.from_commit and tree.checkout:
-        try:
-            ran = git.run(["rev-list", "--count", tree.base_ref, f"^{tree.from_commit}", "--"], tree.checkout,
-                          deadline)
-            text = ran.out.strip()
-            behind = int(text) if ran.code == 0 and text.isdigit() else None
-        except (MuError, OSError):
-            behind = None
-    return Staleness(tree.agent or "", _branch(tree.base_ref), tree.from_commit, behind, bool(tree.refresh_to))
-
-
-def all_staleness() -> Dict[str, Staleness]:
-    """Every agent's tree's staleness, by agent name."""
-    return {t.agent: staleness(t) for t in trees.with_agents() if t.agent}
-
-
-def notice(seen: Staleness) -> Optional[str]:
-    """The notice for a stale tree (past `MU_STALE_COMMITS`), or None."""
-    if seen.refreshing:
-        return (f"a refresh of {seen.agent}'s worktree was cut short: `mu agent refresh {seen.agent}` finishes it")
-    if not seen.stale:
-        return None
-    return (f"{seen.agent}'s worktree is {seen.behind} commits behind {seen.branch}:"
-            f" `mu agent refresh {seen.agent}` brings it onto {seen.branch}")
-
-
-def warning(agent_name: str) -> Optional[str]:
-    """One line for `mu task claim --for` and `mu send`: the agent's tree is
-    stale, and the command that refreshes it.  None when it is not (or has
-    no tree, or cannot be told); never raises."""
-    try:
-        tree = trees.of_agent(agent_name)
-        return notice(staleness(tree)) if tree is not None and tree.agent else None
-    except (MuError, OSError):
-        return None
 
 
 # -- mu agent commits ---------------------------------------------------------------------
@@ -373,7 +305,7 @@ def refresh(agent_name: str, onto: Optional[str] = None, lossy: bool = False, fo
             raise Refused(f"{got.branch} holds {held} commit{'s' if held != 1 else ''} that {base[:12]} does not: a"
                           f" fresh tree from it would leave {'them' if held != 1 else 'it'} behind",
                           f"merge {got.branch} into {_branch(base_ref) or 'the base'} first, or `mu agent refresh"
-                          f" {agent_name}` keeps them in the tree")
+                          f" {agent_name}` keeps {'them' if held != 1 else 'it'} in the tree")
         site.bring_commit(link, host, checkout, base)
         with db.transaction() as conn:
             trees.begin_refresh(conn, agent_name, base, base_ref)

@@ -131,10 +131,13 @@ def verb_list(args: Dict[str, Any]) -> int:
     if not found:
         emit("no agents")
         return 0
+    trees = any(a.base_branch is not None for a in found)  # a BEHIND column only where a tree follows a branch
     table([[a.agent, a.host, a.state, "dead" if a.liveness == "dead" else a.turn, _count(a.runs),
-            _count(a.incarnation), _pane_word(a), a.view or "-", _first_line(a.last_text)]
+            _count(a.incarnation), _pane_word(a), a.view or "-"] + ([_count(a.behind)] if trees else [])
+           + [_first_line(a.last_text)]
            for a in found],
-          ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW", "LAST TEXT"])
+          ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW"] + (["BEHIND"] if trees else [])
+          + ["LAST TEXT"])
     return 0
 
 
@@ -164,6 +167,10 @@ def verb_show(args: Dict[str, Any]) -> int:
         said = f"cannot be checked: {info.pane_unchecked or 'its backend did not answer'}" if info.pane_alive is None \
             else _pane_word(info)
         emit(f"pane: {info.pane['backend']}, {said}; look at it: {info.attach}")
+    if info.base_branch is not None:
+        from mu.cli.worktrees import behind_line
+
+        emit(behind_line(info))
     if info.reconciled:
         emit(f"this read found its job over and recorded it ended: {info.reconciled}")
     if info.view == "detached" and info.pane_alive is False and info.state in ("running", "unknown"):

@@ -48,6 +48,9 @@ def text(snap: stating.Snapshot) -> str:
     else:
         parts.append("no agents\n")
     parts.append(_hosts(snap.hosts))
+    if snap.worktrees:  # each worktree's staleness: how far behind the branch it follows
+        parts.append(_table([(w.agent, w.branch or "-", (w.base or "-")[:12], "-" if w.behind is None else str(w.behind))
+                             for w in snap.worktrees], ("WORKTREE OF", "FOLLOWS", "BASE", "BEHIND")))
     parts += _notices(snap.notices)
     if snap.tracks:  # the task graph's parallel tracks: each can be worked beside the others
         parts.append("tracks:\n" + "".join(f"  {w}: {', '.join(t)}\n" for w, t in snap.tracks))

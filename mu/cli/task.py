@@ -107,6 +107,10 @@ def run(args: Dict[str, Any]) -> int:
     if args["claim"]:
         result = task_api.task_claim(task, args["--for"])
         emit(f"{result.task.id} is claimed by {result.task.claimed_by}" + ("" if result.claimed else " (already)"))
+        if args["--for"]:
+            from mu.cli.worktrees import warn_if_stale
+
+            warn_if_stale(result.task.claimed_by)
         return 0
     if args["note"]:
         task_api.task_note(task, args["<text>"])

@@ -49,3 +49,32 @@ def _commits(args: Dict[str, Any]) -> int:
     for c in got.commits:
         emit(f"{c['commit'][:12]} {c['subject']}")
     return 0
+
+
+def behind_line(info: Any) -> str:
+    """`mu agent show`'s line on the worktree's staleness, with the command
+    past `MU_STALE_COMMITS`."""
+    from mu import environment
+
+    if info.behind is None:
+        return f"worktree: follows {info.base_branch}; how far behind cannot be told"
+    line = f"worktree: {info.behind} commit{'s' if info.behind != 1 else ''} behind {info.base_branch}"
+    if info.behind > environment.stale_commits():
+        line += f": `mu agent refresh {info.agent}` brings it onto {info.base_branch}"
+    return line
+
+
+def warn_if_stale(agent: Any) -> None:
+    """One line on stderr when `agent`'s worktree is past `MU_STALE_COMMITS`
+    behind its branch (or a refresh of it was cut short), naming the
+    command; nothing otherwise, and never a failure of the verb."""
+    import sys
+
+    from mu.agents import staleness
+    from mu.cli.output import one_line
+
+    if not agent:
+        return
+    said = staleness.warning(agent)
+    if said:
+        sys.stderr.write(f"mu: warning: {one_line(said)}\n")

@@ -138,6 +138,12 @@ def find(host: str, path: str, conn: Optional[sqlite3.Connection] = None) -> Opt
     return _tree(row) if row else None
 
 
+def any_with_agent() -> bool:
+    """Whether any tree made for an agent is recorded (one indexed read)."""
+    with db.reading() as conn:
+        return conn.execute("SELECT 1 FROM trees WHERE agent IS NOT NULL AND gone = 0 LIMIT 1").fetchone() is not None
+
+
 def with_agents() -> List[Tree]:
     """Every tree made for an agent and not gone, for the reads that show staleness."""
     with db.reading() as conn:
