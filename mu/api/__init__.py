@@ -19,7 +19,7 @@ of mu's (a pane's view, which is meant to outlive the call, aside).
 
 The functions are `__all__`'s, each defined in the module of its verb
 group (`mu.api.tasks`, `mu.api.agents`, `mu.api.waiting`,
-`mu.api.deliveries`, `mu.api.collects`, `mu.api.worktrees`, `mu.api.hosts`, `mu.api.health`,
+`mu.api.deliveries`, `mu.api.collects`, `mu.api.worktrees`, `mu.api.operations`, `mu.api.hosts`, `mu.api.health`,
 `mu.api.plugins`, `mu.api.journal`) and exported here as the same object;
 docs/api.md documents each, and tests/test_api.py holds the page to them.
 Importing `mu.api` loads the groups' types, not the agents' machinery
@@ -78,6 +78,7 @@ from mu.api.hosts import (
     host_status,
 )
 from mu.api.journal import LogEntry, log
+from mu.api.operations import OpGroup, UndoResult, undo, undo_list
 from mu.api.plugins import PluginAddResult, PluginInfo, plugin_add, plugin_list, plugin_rm, plugin_show
 from mu.api.tasks import (
     ClaimResult,
@@ -123,4 +124,6 @@ __all__ = [
     "log",
     # worktrees between waves (mu.api.worktrees)
     "CommitsResult", "RefreshResult", "agent_commits", "agent_refresh", "agent_recreate",
+    # the task graph's operations log (mu.api.operations)
+    "OpGroup", "UndoResult", "undo", "undo_list",
 ]

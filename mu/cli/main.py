@@ -21,6 +21,7 @@ Verbs:
   skill     the SKILL.md that teaches an agent in a pane to use mu
   top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
+  undo      take back a change to the task graph, or list the changes
   help      print a verb's usage
 """
 
@@ -59,6 +60,7 @@ GROUPS = {
     "skill": "mu.cli.skill",
     "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
+    "undo": "mu.cli.undo",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.
