@@ -19,7 +19,7 @@ of mu's (a pane's view, which is meant to outlive the call, aside).
 
 The functions are `__all__`'s, each defined in the module of its verb
 group (`mu.api.tasks`, `mu.api.agents`, `mu.api.waiting`,
-`mu.api.deliveries`, `mu.api.collects`, `mu.api.worktrees`, `mu.api.operations`, `mu.api.hosts`, `mu.api.health`,
+`mu.api.deliveries`, `mu.api.collects`, `mu.api.worktrees`, `mu.api.operations`, `mu.api.exports`, `mu.api.hosts`, `mu.api.health`,
 `mu.api.plugins`, `mu.api.journal`) and exported here as the same object;
 docs/api.md documents each, and tests/test_api.py holds the page to them.
 Importing `mu.api` loads the groups' types, not the agents' machinery
@@ -54,6 +54,7 @@ from mu.api.deliveries import (
     interrupt,
     send,
 )
+from mu.api.exports import BackupResult, ExportResult, db_backup, task_export
 from mu.api.health import DoctorResult, doctor
 from mu.api.hosts import (
     AcquireResult,
@@ -126,4 +127,6 @@ __all__ = [
     "CommitsResult", "RefreshResult", "agent_commits", "agent_refresh", "agent_recreate",
     # the task graph's operations log (mu.api.operations)
     "OpGroup", "UndoResult", "undo", "undo_list",
+    # backups and exports (mu.api.exports)
+    "BackupResult", "ExportResult", "db_backup", "task_export",
 ]

@@ -22,6 +22,7 @@ Verbs:
   top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
   undo      take back a change to the task graph, or list the changes
+  db        back up mu's database
   help      print a verb's usage
 """
 
@@ -61,6 +62,7 @@ GROUPS = {
     "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
     "undo": "mu.cli.undo",
+    "db": "mu.cli.db",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.

@@ -13,6 +13,7 @@ Usage:
   mu task release <task> [--reopen]
   mu task reject <task> [--cascade]
   mu task defer <task> [--cascade]
+  mu task export <workstream> [--into <folder>] [--json]
 
 Options:
   --impact <1-100>      How much the task is worth (default 50).
@@ -26,6 +27,7 @@ Options:
   --evidence <text>     What proves it done: commits, a test command and its result.
   --reopen              Open a closed, rejected or deferred task again.
   --cascade             Reject (defer) the open tasks that depend on it too.
+  --into <folder>       Where the export's markdown goes (default: tasks/<workstream>).
   --json                Print one JSON document on stdout and nothing else there.
 
 A status is open, in-progress, closed, rejected or deferred; only closed
@@ -72,6 +74,8 @@ def _story(story: task_api.TaskStory) -> None:
 
 def run(args: Dict[str, Any]) -> int:
     task = args["<task>"]
+    if args["export"]:
+        return _export(args)
     if args["add"]:
         made = task_api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
                             impact=args["--impact"], effort=args["--effort"], blocked_by=args["--blocked-by"] or [])
@@ -127,3 +131,15 @@ def run(args: Dict[str, Any]) -> int:
         emit(f"{shelved.status}: " + ", ".join(shelved.changed))
         return 0
     raise UsageError("no such `mu task` verb")
+
+
+def _export(args: Dict[str, Any]) -> int:
+    from mu.api import exports
+
+    done = exports.task_export(args["<workstream>"], args["--into"])
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
+    emit(f"exported workstream {done.workstream} to {done.folder}: {len(done.written)} written, {done.unchanged}"
+         f" unchanged, {len(done.removed)} removed")
+    return 0
