@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import MU, one_error_line, run_mu
+from conftest import MU, one_error_line, run_mu, wait_for
 
 
 def mu_ok(*args: str, env=None) -> str:
@@ -173,3 +174,35 @@ def test_a_person_at_a_terminal_sees_a_dry_run_unless_yes(isolated):
     # a script (no terminal) applies it, and so does --yes anywhere
     assert mu_ok("undo", "--yes").startswith("undid group 2")
     assert graph(isolated) != before
+
+
+def test_two_undos_at_once_undo_the_newest_group_once(isolated):
+    two_tasks()
+    mu_ok("task", "reject", "one", "--cascade")
+    rejected = graph(isolated)
+    # the first undo stops once its change is written, holding the write lock
+    first = subprocess.Popen([sys.executable, str(MU), "undo"], env=dict(os.environ, MU_CRASH_AT="undo-written:SIGSTOP"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _stopped(first.pid), 15, "the first undo to stop")
+        # the second has read which group is the newest, and stops there
+        second = subprocess.Popen([sys.executable, str(MU), "undo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL, text=True,
+                                  env=dict(os.environ, MU_CRASH_AT="undo-chosen:SIGSTOP"))
+        wait_for(lambda: _stopped(second.pid), 15, "the second undo to stop")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(30) == 0
+    os.kill(second.pid, signal.SIGCONT)
+    out, err = second.communicate(timeout=30)
+    assert second.returncode == 2, err
+    assert "the operations log moved on while mu read it" in err
+    assert graph(isolated) != rejected and [g[2] for g in groups(isolated)] == ["add", "add", "reject", "undo"]
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False

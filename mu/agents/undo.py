@@ -13,7 +13,10 @@ A caller may rely on:
 - only the task graph (tasks, their edges, their events) being undone:
   agents, panes, worktrees and deliveries are not, and an undo of a claim
   does not stop the agent that took it;
-- `apply=False` (a dry run) writing nothing and saying what would change.
+- `apply=False` (a dry run) writing nothing and saying what would change;
+- an undo of "the newest group" undoing the group that was newest when it
+  looked: two at once undo it once, and the second refuses (exit 2)
+  rather than redo it.
 """
 
 from __future__ import annotations
@@ -83,8 +86,24 @@ def undo(group_id: Optional[int] = None, apply: bool = True) -> Undone:
             changes = oplog.changes(conn, group.id)
             _refuse_superseded(conn, group, changes)
         return Undone(group, changes, False, None)
+    if group_id is None:
+        # the newest group as read now: an undo that finds another group
+        # newer by its transaction (a second `mu undo` at once, which would
+        # redo this one) refuses rather than undo what it was not shown
+        with db.reading() as conn:
+            group_id = _target(conn, None).id
+        newest = True
+        if crashpoints.ARMED:
+            crashpoints.reach("undo-chosen", str(group_id))
+    else:
+        newest = False
     with db.transaction() as conn:
         group = _target(conn, group_id)
+        latest = oplog.latest(conn)
+        if newest and latest is not None and latest.id != group.id:
+            raise Refused(f"the operations log moved on while mu read it: group {latest.id} ({latest.verb} by"
+                          f" {latest.who}) is now the newest", f"name the group: `mu undo {group.id}` or"
+                          f" `mu undo {latest.id}`")
         changes = oplog.changes(conn, group.id)
         _refuse_superseded(conn, group, changes)
         if not changes:
