@@ -78,6 +78,7 @@ def run() -> Report:
         findings.append(Finding("records", "records", SKIP, f"not read: {why_not}"))
         return Report(findings)
     findings += _plugins()
+    findings += _idle_hosts()
     findings += _records()
     findings += _panes()
     findings += _worktrees()
@@ -381,6 +382,30 @@ def _stray_windows(known: Set[str]) -> List[Finding]:
             found.append(Finding("panes", f"window:{session}:{window}", FAIL, f"tmux window {session}:{window}"
                                  f" ({window_id}) on mu's server belongs to no agent",
                                  f"tmux {where} kill-window -t {window_id}"))
+    return found
+
+
+# -- idle hosts ------------------------------------------------------------------------------
+
+
+def _idle_hosts() -> List[Finding]:
+    """The one thing the doctor does besides reading: the idle hosts that
+    are due are given back (mu.agents.idle), as every look does; each is a
+    finding, and one kept says why."""
+    from mu.store import idle as limits
+
+    if not limits.all_limits():
+        return []
+    from mu.agents import idle
+
+    found = []
+    for given in idle.look():
+        if given.released:
+            found.append(Finding("records", f"idle:{given.host}", OK, f"host {given.host} was idle past its limit:"
+                                 f" given back, {len(given.closed)} agent(s) closed"))
+        else:
+            found.append(Finding("records", f"idle:{given.host}", WARN, f"host {given.host} is idle past its"
+                                 f" limit but was kept: {given.kept}", f"mu host release {given.host} --force"))
     return found
 
 

@@ -87,10 +87,12 @@ class HostState(NamedTuple):
     state: str  # as reads show it: ready inside the margin reads draining
     deadline_at: Optional[int]
     idle_reclaim_ms: Optional[int]
+    idle_release_at: Optional[int] = None  # when mu gives it back if it stays idle (mu.agents.idle)
 
     def as_json(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "plugin": self.plugin, "state": self.state,
-                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms}
+                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms,
+                "idleReleaseAt": self.idle_release_at}
 
 
 class Notice(NamedTuple):
@@ -158,6 +160,7 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     neither starts afresh nor stops; `last_text`: each asked agent's
     reading carries its last settled turn (one `channel.lastRun` more)."""
     margin_ms = environment.host_deadline_margin_ms()
+    releases = _idle_look()  # idle hosts given back first, so the snapshot shows them released
     records = _read_records()
     now_ms = int(time.time() * 1000)
     by_host = {h.name: h for h in records.hosts}
@@ -208,12 +211,26 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     notices[:0] = asking
     agent_of_job = {r.job: r.agent for r in records.agents} if records.intents else {}
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
-    host_rows = [_host_state(h, now_ms) for h in records.hosts]
+    host_rows = [_host_state(h, now_ms)._replace(idle_release_at=releases.get(h.name))
+                 if h.name in releases and h.state == "ready" else _host_state(h, now_ms) for h in records.hosts]
     stale, tracks = task_glance.glance()  # claims of agents that are gone, and the parallel tracks
     notices += [Notice("task-claim", t, f"task {t} is claimed by {a}, which is gone", f"mu task release {t}")
                 for t, a in stale]
     worktrees = _worktrees(notices)
     return Snapshot(shown, host_rows, notices, ask, tracks, seen, worktrees)
+
+
+def _idle_look() -> Dict[str, int]:
+    """Give back the idle hosts that are due (mu.agents.idle), when any host
+    has an idle limit; then when each will be given back if it stays idle."""
+    from mu.store import idle as limits
+
+    if not limits.all_limits():
+        return {}
+    from mu.agents import idle
+
+    idle.look()
+    return idle.release_times()
 
 
 def _worktrees(notices: List[Notice]) -> List[Any]:

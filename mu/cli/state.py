@@ -60,6 +60,10 @@ def text(snap: stating.Snapshot) -> str:
 def _hosts(hosts: List[stating.HostState]) -> str:
     if not hosts:
         return "no hosts\n"
+    if any(h.idle_release_at for h in hosts):  # an idle host: when mu gives it back if it stays idle
+        return _table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-",
+                        iso_ms(h.idle_release_at) if h.idle_release_at else "-") for h in hosts],
+                      ("HOST", "KIND", "STATE", "DEADLINE", "IDLE RELEASE"))
     return _table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-") for h in hosts],
                   ("HOST", "KIND", "STATE", "DEADLINE"))
 

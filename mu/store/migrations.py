@@ -336,6 +336,16 @@ MIGRATIONS: list[str] = [
         INSERT INTO op_log (tbl, op, key, before) VALUES ('task_events', 'delete', CAST(OLD.seq AS TEXT), json_object('seq', OLD.seq, 'task', OLD.task, 'at', OLD.at, 'who', OLD.who, 'kind', OLD.kind, 'text', OLD.text));
     END;
     """,
+    # 14: idle hosts given back (`--param idle=<duration>`, mu.agents.idle):
+    # the host's idle limit, and since when a look last found every agent
+    # on it settled-idle (NULL while one is not).
+    """
+    CREATE TABLE host_idle (
+        host        TEXT PRIMARY KEY,   -- the provider host's name
+        idle_ms     INTEGER NOT NULL,   -- how long it may sit idle before mu gives it back
+        idle_since  INTEGER             -- epoch ms: idle since then, as the last look found it
+    );
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
