@@ -366,3 +366,20 @@ def test_doctor_names_a_record_whose_tree_is_gone(host, checkout, tmp_path):
     assert (finding["check"], finding["result"], finding["command"]) == \
         ("record:box:.mu/trees/w/a", "fail", "mu agent close w/a")
     assert "names a folder that is not there" in finding["detail"]
+
+
+def test_a_sigkill_once_a_recreate_moved_the_tree_is_settled_by_the_next(host, checkout, tmp_path, isolated):
+    spawn_agent(tmp_path)
+    assert run_mu("collect", "w/a").returncode == 0
+    git("merge", "-q", "--no-edit", "mu/w/a", cwd=checkout)
+    new_base = main_moves(checkout)
+    cut = run_mu("agent", "recreate", "w/a", env={"MU_CRASH_AT": "refresh-switched@w/a"})
+    assert cut.returncode == -9
+    assert head(host) == new_base and git("status", "--porcelain", "--ignored", cwd=host.tree()) == ""
+    assert tree_row(isolated)["refresh_to"] == f"{new_base} refs/heads/main"
+    again = run_mu("agent", "recreate", "w/a", "--json")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout)
+    assert got["settled"] == f"the tree holds {new_base[:12]}" and head(host) == new_base
+    row = tree_row(isolated)
+    assert (row["from_commit"], row["refresh_to"]) == (new_base, None)
