@@ -131,6 +131,23 @@ def spawn_job_ms(environ: Optional[Mapping[str, str]] = None) -> int:
                         environ=environ)
 
 
+DEFAULT_STALE_COMMITS = 10
+
+
+def stale_commits(environ: Optional[Mapping[str, str]] = None) -> int:
+    """How many commits an agent's worktree may be behind the branch it
+    follows before mu says so (`MU_STALE_COMMITS`, a whole number, default
+    10; 0 means any commit behind).  Anything else is a `UsageError`."""
+    env = os.environ if environ is None else environ
+    text = env.get("MU_STALE_COMMITS", "")
+    if text == "":
+        return DEFAULT_STALE_COMMITS
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise UsageError(f"MU_STALE_COMMITS is {text!r}: it must be a whole number of commits",
+                         f"unset it for the default of {DEFAULT_STALE_COMMITS}")
+    return int(text)
+
+
 def plugin_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """mu's environment as a plugin sees it: without the local-only variables."""
     env = os.environ if environ is None else environ

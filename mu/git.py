@@ -109,6 +109,17 @@ def resolve_commit(repo: str, rev: str, deadline: Deadline) -> str:
     return commit
 
 
+def branch_named(repo: str, rev: str, deadline: Deadline) -> Optional[str]:
+    """The local branch `rev` names in `repo` (`refs/heads/<branch>`: HEAD
+    on a branch, or a branch's name), else None (a commit, a tag, a
+    detached HEAD)."""
+    if not rev or rev.startswith("-") or "\n" in rev:
+        return None  # so no option can be read from it: rev-parse prints an --end-of-options back
+    ran = run(["rev-parse", "--symbolic-full-name", rev], repo, deadline)
+    name = ran.out.strip()
+    return name if ran.code == 0 and name.startswith("refs/heads/") and "\n" not in name else None
+
+
 def is_full_id(text: str) -> bool:
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 

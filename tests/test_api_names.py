@@ -8,16 +8,18 @@ from types import FunctionType, ModuleType
 from mu import api, errors
 
 NAMES = [
-    "AcquireResult", "AgentInfo", "CheckResult", "ClaimResult", "CloseResult", "CollectResult", "DeliveryResult",
-    "DoctorResult", "ExecResult", "HostAddResult", "HostCheckResult", "HostCheckStep", "HostInfo",
-    "HostStatusResult", "LogEntry", "PluginAddResult", "PluginInfo", "ProfileInfo", "ProviderHostInfo", "PruneResult",
-    "ReadResult", "ReattachResult", "ReleaseResult", "SettleResult", "ShelveResult", "SpawnResult", "StateResult",
-    "Task", "TaskEvent", "TaskStory", "TreeNode", "WaitResult", "abort", "agent_check", "agent_close", "agent_list",
-    "agent_read", "agent_reattach", "agent_show", "agent_spawn", "answer", "collect", "collect_prune", "command", "delivery_check",
-    "doctor", "host_acquire", "host_add", "host_check", "host_exec", "host_list", "host_release", "host_rm",
-    "host_settle", "host_status", "interrupt", "log", "plugin_add", "plugin_list", "plugin_rm", "plugin_show",
-    "send", "skill_path", "state", "task_add", "task_block", "task_claim", "task_close", "task_defer", "task_list",
-    "task_next", "task_note", "task_reject", "task_release", "task_show", "task_tree", "task_unblock", "wait",
+    "AcquireResult", "AgentInfo", "BackupResult", "CheckResult", "ClaimResult", "CloseResult", "CollectResult",
+    "CommitsResult", "DeliveryResult", "DoctorResult", "ExecResult", "ExportResult", "HostAddResult",
+    "HostCheckResult", "HostCheckStep", "HostInfo", "HostStatusResult", "LogEntry", "OpGroup", "PluginAddResult",
+    "PluginInfo", "ProfileInfo", "ProviderHostInfo", "PruneResult", "ReadResult", "ReattachResult", "RefreshResult",
+    "ReleaseResult", "SettleResult", "ShelveResult", "SpawnResult", "StateResult", "Task", "TaskEvent", "TaskStory",
+    "TreeNode", "UndoResult", "WaitResult", "abort", "agent_check", "agent_close", "agent_commits", "agent_list",
+    "agent_read", "agent_reattach", "agent_recreate", "agent_refresh", "agent_show", "agent_spawn", "answer",
+    "collect", "collect_prune", "command", "db_backup", "delivery_check", "doctor", "host_acquire", "host_add", "host_check",
+    "host_exec", "host_list", "host_release", "host_rm", "host_settle", "host_status", "interrupt", "log",
+    "plugin_add", "plugin_list", "plugin_rm", "plugin_show", "send", "skill_path", "state", "task_add",
+    "task_block", "task_claim", "task_close", "task_defer", "task_export", "task_list", "task_next", "task_note",
+    "task_reject", "task_release", "task_show", "task_tree", "task_unblock", "undo", "undo_list", "wait",
     "wait_all",
 ]
 

@@ -18,7 +18,7 @@ from mu.cli.misuse import closest, explain
     (["send", "ws/e", "hi", "--stear"], "unknown option --stear for `mu send` (did you mean --steer?)",
      "`mu help send` lists its options"),
     (["agent", "spwan", "w/a"], "'spwan' is not a `mu agent` command (did you mean spawn?)",
-     "the commands: spawn, list, show, read, reattach, close, check (`mu help agent`)"),
+     "the commands: spawn, list, show, read, reattach, close, check, commits, refresh, recreate (`mu help agent`)"),
     (["agent", "list", "--jsn"], "unknown option --jsn for `mu agent` (did you mean --json?)",
      "`mu help agent` lists its options"),
     (["wait", "w/a", "--timeout"], "--timeout needs a value <s>", "`mu help wait` says what it takes"),

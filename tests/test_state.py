@@ -160,7 +160,7 @@ def test_state_with_nothing(isolated):
     assert out.returncode == 0, out.stderr
     assert "no agents" in out.stdout and "no hosts" in out.stdout
     assert json.loads(run_mu("state", "--json").stdout) == {"agents": [], "hosts": [], "notices": [], "asked": True,
-                                                                 "tracks": []}
+                                                                 "tracks": [], "worktrees": []}
 
 
 def test_state_takes_no_arguments(isolated):

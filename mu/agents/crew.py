@@ -45,6 +45,7 @@ class AgentRow(NamedTuple):
     question: Optional[str]  # a blocked turn's pending dialog
     reason: Optional[str]
     pane: Optional[str]  # the pane record, for a look at its output
+    behind: Optional[int] = None  # how many commits its worktree is behind the branch it follows (mu.agents.staleness)
 
 
 class TaskRow(NamedTuple):
@@ -90,6 +91,9 @@ def _snapshot(clients: Any) -> Tuple[Frame, Dict[str, Any]]:
     """A full frame, and each asked agent's reading by name."""
     snap = stating.state(clients, last_text=True)
     rows = [_agent_row(one, snap.readings.get(one.agent)) for one in snap.agents]
+    if snap.worktrees:
+        behind = {w.agent: w.behind for w in snap.worktrees}
+        rows = [r._replace(behind=behind.get(r.agent)) for r in rows]
     per_host: Dict[str, int] = {}
     for one in snap.agents:
         per_host[one.host] = per_host.get(one.host, 0) + 1

@@ -78,6 +78,7 @@ def run() -> Report:
         findings.append(Finding("records", "records", SKIP, f"not read: {why_not}"))
         return Report(findings)
     findings += _plugins()
+    findings += _idle_hosts()
     findings += _records()
     findings += _panes()
     findings += _worktrees()
@@ -384,6 +385,30 @@ def _stray_windows(known: Set[str]) -> List[Finding]:
     return found
 
 
+# -- idle hosts ------------------------------------------------------------------------------
+
+
+def _idle_hosts() -> List[Finding]:
+    """The one thing the doctor does besides reading: the idle hosts that
+    are due are given back (mu.agents.idle), as every look does; each is a
+    finding, and one kept says why."""
+    from mu.store import idle as limits
+
+    if not limits.all_limits():
+        return []
+    from mu.agents import idle
+
+    found = []
+    for given in idle.look():
+        if given.released:
+            found.append(Finding("records", f"idle:{given.host}", OK, f"host {given.host} was idle past its limit:"
+                                 f" given back, {len(given.closed)} agent(s) closed"))
+        else:
+            found.append(Finding("records", f"idle:{given.host}", WARN, f"host {given.host} is idle past its"
+                                 f" limit but was kept: {given.kept}", f"mu host release {given.host} --force"))
+    return found
+
+
 # -- worktrees -------------------------------------------------------------------------------
 
 
@@ -397,8 +422,10 @@ def _worktrees() -> List[Finding]:
 
     with db.reading() as conn:
         recorded: Dict[str, Set[str]] = {}
-        for host, path in conn.execute("SELECT host, path FROM trees WHERE gone = 0"):
+        owner: Dict[Tuple[str, str], Optional[str]] = {}
+        for host, path, agent in conn.execute("SELECT host, path, agent FROM trees WHERE gone = 0"):
             recorded.setdefault(host, set()).add(path)
+            owner[(host, path)] = agent
     found: List[Finding] = []
     for host in hosts.all_hosts():
         if hosting.is_lost(host) or hosting.is_released(host) or getattr(host, "state", "ready") == "acquiring":
@@ -413,8 +440,24 @@ def _worktrees() -> List[Finding]:
                                  " worktree with no record: nobody will collect or remove it",
                                  f"mu host exec {host.name} -- 'git -C {path} log --oneline -5; rm -rf {path};"
                                  " git -C .mu/repo worktree prune'"))
+        found += _records_without_tree(host.name, recorded.get(host.name, set()) - set(paths), owner)
     if not found:
-        found.append(Finding("worktrees", "trees", OK, "every worktree on the live hosts has its record"))
+        found.append(Finding("worktrees", "trees", OK, "every worktree on the live hosts has its record, and every"
+                             " record its worktree"))
+    return found
+
+
+def _records_without_tree(host: str, missing: Set[str], owner: Dict[Tuple[str, str], Optional[str]]) -> List[Finding]:
+    """Records of trees that are not on their live host: an agent whose
+    folder went (removed by hand, a host wiped under mu).  Its commits since
+    the last collect went with it; `mu agent close` records the loss and
+    frees the name."""
+    found = []
+    for path in sorted(missing):
+        agent = owner.get((host, path))
+        found.append(Finding("worktrees", f"record:{host}:{path}", FAIL, f"the record of tree {path} on host {host}"
+                             f"{f' (agent {agent})' if agent else ''} names a folder that is not there: what was"
+                             " not collected is lost", f"mu agent close {agent}" if agent else None))
     return found
 
 

@@ -75,6 +75,7 @@ class Origin(NamedTuple):
 
     checkout: str  # the top of its working tree
     commit: str
+    base_ref: Optional[str] = None  # the branch the revision named (refs/heads/...), which `mu agent refresh` follows
 
 
 def tree_path(agent: str) -> str:
@@ -108,7 +109,7 @@ def refuse(agent: str, rev: Optional[str]) -> Origin:
     checkout = git.toplevel(here, deadline)
     commit = git.resolve_commit(checkout, rev or "HEAD", deadline)
     git.can_move(checkout, git.branch_ref(workstream, name), deadline)
-    return Origin(checkout, commit)
+    return Origin(checkout, commit, git.branch_named(checkout, rev or "HEAD", deadline))
 
 
 def link_for(host: Host, client: Optional[PluginClient] = None) -> Link:
@@ -203,6 +204,17 @@ def _check_commit(link: Link, host: Host, commit: str) -> None:
                         if not link.declared.get("push") else None)
 
 
+def bring_commit(link: Link, host: Host, checkout: str, commit: str) -> None:
+    """Have the host's repository hold `commit` of `checkout`: `link.push`
+    when the link declares push (mu's own `rev-parse` on the host follows,
+    in `Link.push`), else mu's own check that it already does."""
+    if link.declared.get("push"):
+        link.push(checkout, host_repo(host), commit, PUSH_TIMEOUT_MS)  # its errors name the push
+        crashpoints.reach("site-pushed")
+    else:
+        _check_commit(link, host, commit)
+
+
 def _make_script(path: str, repo: str, commit: str) -> str:
     return _script(
         f"tree={shlex.quote(path)} repo={shlex.quote(repo)} commit={commit}",
@@ -222,17 +234,14 @@ def prepare(agent: str, host: Host, origin: Origin, client: Optional[PluginClien
     link = link_for(host, client)
     _leftover(link, host, agent)
     repo = host_repo(host)
-    if link.declared.get("push"):
-        link.push(origin.checkout, repo, origin.commit, PUSH_TIMEOUT_MS)  # its errors name the push
-        crashpoints.reach("site-pushed")
-    else:
-        _check_commit(link, host, origin.commit)
+    bring_commit(link, host, origin.checkout, origin.commit)
     path = tree_path(agent)
     tree = Tree(host.name, path, host_identity(host), origin.commit, False, agent, origin.checkout, None)
     with db.transaction() as conn:
         if trees.find(host.name, path, conn) is not None:
             raise Refused(f"host {host.name} already has a tree at {path}", f"`mu agent close {agent}` removes it")
-        trees.insert(conn, host.name, path, tree.identity or "", origin.commit, agent, origin.checkout)
+        trees.insert(conn, host.name, path, tree.identity or "", origin.commit, agent, origin.checkout,
+                     origin.base_ref)
     crashpoints.reach("site-recorded")
     run = link.exec(_make_script(path, repo, origin.commit), ".", PUSH_TIMEOUT_MS)
     if run.exit_code != 0:

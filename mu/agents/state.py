@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 from mu import environment
 from mu.agents import hosting
 from mu.agents.hosting import Host
-from mu.store import agents, db, hosts, intents, task_glance
+from mu.store import agents, db, hosts, intents, task_glance, trees
 from mu.store.agents import Glance
 from mu.store.hosts import ProviderHost
 
@@ -87,10 +87,12 @@ class HostState(NamedTuple):
     state: str  # as reads show it: ready inside the margin reads draining
     deadline_at: Optional[int]
     idle_reclaim_ms: Optional[int]
+    idle_release_at: Optional[int] = None  # when mu gives it back if it stays idle (mu.agents.idle)
 
     def as_json(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "plugin": self.plugin, "state": self.state,
-                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms}
+                "deadlineAt": self.deadline_at, "idleReclaimMs": self.idle_reclaim_ms,
+                "idleReleaseAt": self.idle_release_at}
 
 
 class Notice(NamedTuple):
@@ -112,13 +114,16 @@ class Snapshot(NamedTuple):
     # each asked agent's whole reading, by name (empty when none was asked):
     # for a live view that shows more of an agent than `mu state` prints
     readings: Dict[str, Any] = {}
+    # each agent's worktree's staleness (mu.agents.staleness.Staleness), by agent
+    worktrees: List[Any] = []
 
     def as_json(self) -> Dict[str, Any]:
         # dict(zip(keys, row)) by map: no Python frame per agent
         return {"agents": list(map(dict, map(partial(zip, AGENT_JSON_KEYS), self.agents))),
                 "hosts": [h.as_json() for h in self.hosts],
                 "notices": [n.as_json() for n in self.notices], "asked": self.asked,
-                "tracks": [{"workstream": w, "tasks": t} for w, t in self.tracks]}
+                "tracks": [{"workstream": w, "tasks": t} for w, t in self.tracks],
+                "worktrees": [w.as_json() for w in self.worktrees]}
 
 
 class _Records(NamedTuple):
@@ -155,6 +160,7 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     neither starts afresh nor stops; `last_text`: each asked agent's
     reading carries its last settled turn (one `channel.lastRun` more)."""
     margin_ms = environment.host_deadline_margin_ms()
+    releases = _idle_look()  # idle hosts given back first, so the snapshot shows them released
     records = _read_records()
     now_ms = int(time.time() * 1000)
     by_host = {h.name: h for h in records.hosts}
@@ -207,12 +213,42 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
     notices += _record_notices(records, agent_of_job, None if ask else len(records.agents))
     # a released host is gone from the provider and from the crew: `mu host
     # list` and `mu host status` still show its record
-    host_rows = [_host_state(h, now_ms) for h in records.hosts
+    host_rows = [_host_state(h, now_ms)._replace(idle_release_at=releases.get(h.name))
+                 if h.name in releases and h.state == "ready" else _host_state(h, now_ms) for h in records.hosts
                  if not (isinstance(h, ProviderHost) and h.state == "released")]
     stale, tracks = task_glance.glance()  # claims of agents that are gone, and the parallel tracks
     notices += [Notice("task-claim", t, f"task {t} is claimed by {a}, which is gone", f"mu task release {t}")
                 for t, a in stale]
-    return Snapshot(shown, host_rows, notices, ask, tracks, seen)
+    worktrees = _worktrees(notices)
+    return Snapshot(shown, host_rows, notices, ask, tracks, seen, worktrees)
+
+
+def _idle_look() -> Dict[str, int]:
+    """Give back the idle hosts that are due (mu.agents.idle), when any host
+    has an idle limit; then when each will be given back if it stays idle."""
+    from mu.store import idle as limits
+
+    if not limits.all_limits():
+        return {}
+    from mu.agents import idle
+
+    idle.look()
+    return idle.release_times()
+
+
+def _worktrees(notices: List[Notice]) -> List[Any]:
+    """Each agent's worktree's staleness; a notice for each past
+    `MU_STALE_COMMITS` (or with a refresh under way), appended to `notices`."""
+    if not trees.any_with_agent():
+        return []  # no git, no import: the common glance has no worktree
+    from mu.agents import staleness
+
+    found = list(staleness.all_staleness().values())
+    for one in found:
+        said = staleness.notice(one)
+        if said is not None:
+            notices.append(Notice("stale", one.agent, said[0], said[1]))
+    return found
 
 
 def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: Optional[int]) -> List[Notice]:

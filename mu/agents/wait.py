@@ -219,6 +219,7 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     if new and after is not None:
         raise UsageError("--after and --new cannot be given together", "--new waits for what happens from now on")
     margin_ms = environment.host_deadline_margin_ms()
+    _idle_look()
     picked = pick(names)
     if after is None and not new:
         _resolve_open(picked)
@@ -232,6 +233,17 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
         return event, collect_after(event, picked)
     finally:
         clients.stop("the wait is done")
+
+
+def _idle_look() -> None:
+    """Give back the idle hosts that are due (mu.agents.idle) before the
+    wait picks its agents; nothing when no host has an idle limit."""
+    from mu.store import idle as limits
+
+    if limits.all_limits():
+        from mu.agents import idle
+
+        idle.look()
 
 
 def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Optional[float], margin_ms: int,

@@ -19,7 +19,7 @@ of mu's (a pane's view, which is meant to outlive the call, aside).
 
 The functions are `__all__`'s, each defined in the module of its verb
 group (`mu.api.tasks`, `mu.api.agents`, `mu.api.waiting`,
-`mu.api.deliveries`, `mu.api.collects`, `mu.api.hosts`, `mu.api.health`,
+`mu.api.deliveries`, `mu.api.collects`, `mu.api.worktrees`, `mu.api.operations`, `mu.api.exports`, `mu.api.hosts`, `mu.api.health`,
 `mu.api.plugins`, `mu.api.journal`) and exported here as the same object;
 docs/api.md documents each, and tests/test_api.py holds the page to them.
 Importing `mu.api` loads the groups' types, not the agents' machinery
@@ -54,6 +54,7 @@ from mu.api.deliveries import (
     interrupt,
     send,
 )
+from mu.api.exports import BackupResult, ExportResult, db_backup, task_export
 from mu.api.health import DoctorResult, doctor
 from mu.api.hosts import (
     AcquireResult,
@@ -78,6 +79,7 @@ from mu.api.hosts import (
     host_status,
 )
 from mu.api.journal import LogEntry, log
+from mu.api.operations import OpGroup, UndoResult, undo, undo_list
 from mu.api.plugins import PluginAddResult, PluginInfo, plugin_add, plugin_list, plugin_rm, plugin_show
 from mu.api.tasks import (
     ClaimResult,
@@ -102,6 +104,7 @@ from mu.api.tasks import (
     task_unblock,
 )
 from mu.api.waiting import StateResult, WaitResult, state, wait, wait_all
+from mu.api.worktrees import CommitsResult, RefreshResult, agent_commits, agent_recreate, agent_refresh
 
 # The errors a caller most often catches, reachable as mu.api's attributes
 # (not in `__all__`, as before the package).
@@ -120,4 +123,10 @@ __all__ = [
     "ProfileInfo", "HostInfo", "HostAddResult", "AcquireResult", "HostStatusResult", "SettleResult", "ExecResult",
     "host_add", "host_acquire", "host_status", "host_list", "host_rm", "host_settle", "host_exec", "LogEntry",
     "log",
+    # worktrees between waves (mu.api.worktrees)
+    "CommitsResult", "RefreshResult", "agent_commits", "agent_refresh", "agent_recreate",
+    # the task graph's operations log (mu.api.operations)
+    "OpGroup", "UndoResult", "undo", "undo_list",
+    # backups and exports (mu.api.exports)
+    "BackupResult", "ExportResult", "db_backup", "task_export",
 ]

@@ -63,6 +63,11 @@ class AgentInfo:
     last_text: Optional[str] = None
     reconciled: Optional[str] = None  # what this read's reconcile did (it stopped a job that was over), or None
     pane_unchecked: Optional[str] = None  # why paneAlive is null (the pane could not be checked), or None
+    # its worktree's staleness (mu.agents.staleness): the branch it follows and
+    # how many commits of it the tree's base lacks; None without a tree or when
+    # it cannot be told
+    base_branch: Optional[str] = None
+    behind: Optional[int] = None
 
     def as_json(self) -> Dict[str, Any]:
         return {"agent": self.agent, "host": self.host, "plugin": self.plugin, "job": self.job, "view": self.view,
@@ -71,7 +76,7 @@ class AgentInfo:
                 "checkout": self.checkout, "createdAt": self.created_at, "liveness": self.liveness,
                 "turn": self.turn, "turnReason": self.turn_reason, "runs": self.runs,
                 "incarnation": self.incarnation, "lastText": self.last_text, "reconciled": self.reconciled,
-                "paneUnchecked": self.pane_unchecked}
+                "paneUnchecked": self.pane_unchecked, "baseBranch": self.base_branch, "behind": self.behind}
 
 
 def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> AgentInfo:
@@ -95,13 +100,19 @@ def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> A
 def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
     """Each agent read through one plugin process per plugin, then
     reconciled (mu.agents.life: the one effect a read may call)."""
+    from mu.agents import staleness
+
     clients = readings.Clients()
     found = []
+    stale = staleness.all_staleness()
     # job.status on a provider host or a profile alike, every agent's calls in flight together
     for a, reading in zip(names, readings.read_all(names, clients)):
         seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
         reading = life.as_reconciled(reading, seen)
-        found.append(dataclasses.replace(_info(seen, reading), reconciled=seen.reconciled or None))
+        tree = stale.get(a.agent)
+        found.append(dataclasses.replace(_info(seen, reading), reconciled=seen.reconciled or None,
+                                         base_branch=tree.branch if tree else None,
+                                         behind=tree.behind if tree else None))
     return found
 
 

@@ -243,11 +243,34 @@ def host_acquire(name: Optional[str] = None, *, provider: str, params: Optional[
 
     environment.effect_timeout_ms()
     environment.host_deadline_margin_ms()
+    params = dict(params or {})
+    idle_ms = _idle_param(params)  # mu's own, never sent to the provider
     with _plugins_stopped():
-        outcome = host_seam.acquire(name, provider, dict(params or {}))
+        outcome = host_seam.acquire(name, provider, params)
+    _record_idle(outcome.host.name, idle_ms)
     info = _host_info(outcome.host)
     assert isinstance(info, ProviderHostInfo)
     return AcquireResult(info, outcome.resolved)
+
+
+def _idle_param(params: Dict[str, str]) -> Optional[int]:
+    """`idle=<duration>` taken out of the acquire's params (mu.agents.idle):
+    its milliseconds, or None.  A bad one is refused before any call."""
+    if "idle" not in params:
+        return None
+    from mu.agents import idle
+
+    return idle.parse_duration(params.pop("idle"))
+
+
+def _record_idle(name: str, idle_ms: Optional[int]) -> None:
+    """The host's idle limit, or none: an acquire that resolved an earlier
+    one sets it as this acquire asks."""
+    from mu.store import db
+    from mu.store import idle as limits
+
+    with db.transaction() as conn:
+        limits.set_limit(conn, name, idle_ms)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -125,9 +126,11 @@ class StateResult:
     hosts: List[Dict[str, Any]]
     notices: List[Dict[str, Any]]
     asked: bool
+    worktrees: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # each agent's tree's staleness
 
     def as_json(self) -> Dict[str, Any]:
-        return {"agents": self.agents, "hosts": self.hosts, "notices": self.notices, "asked": self.asked}
+        return {"agents": self.agents, "hosts": self.hosts, "notices": self.notices, "asked": self.asked,
+                "worktrees": self.worktrees}
 
 
 def state() -> StateResult:
@@ -138,7 +141,7 @@ def state() -> StateResult:
     with _plugins_stopped():
         snap = stating.state()
     doc = snap.as_json()
-    return StateResult(doc["agents"], doc["hosts"], doc["notices"], doc["asked"])
+    return StateResult(doc["agents"], doc["hosts"], doc["notices"], doc["asked"], doc["worktrees"])
 
 
 guard(globals())  # keep this last: a function defined below it is not guarded

@@ -7,6 +7,9 @@ Usage:
   mu agent reattach <agent> [--json]
   mu agent close <agent> [--json]
   mu agent check <agent> <msgId> [--json]
+  mu agent commits <agent> [--json]
+  mu agent refresh <agent> [--onto <rev>] [--lossy] [--force] [--json]
+  mu agent recreate <agent> [--onto <rev>] [--lossy] [--force] [--json]
 
 Options:
   --host <host>       The host the agent runs on: a provider host, or a --plugin profile.
@@ -20,6 +23,9 @@ Options:
   --send <text>       The agent's first prompt (- reads it from standard input).
   --task <id>         A task to claim, its brief the first prompt.
   -n <lines>          How many lines of the pane's tail [default: 40].
+  --onto <rev>        The new base: a branch or commit of the spawning checkout; the branch the tree follows when not given.
+  --lossy             Drop the tree's uncommitted changes (and say which) rather than refuse.
+  --force             Refresh even while the agent's turn is busy, blocked or cannot be read.
   --json              Print one JSON document on stdout and nothing else there.
 """
 
@@ -43,9 +49,15 @@ agent_api = Lazy("mu.api.agents")
 delivery_api = Lazy("mu.api.deliveries")
 
 VERBS = ("spawn", "list", "show", "read", "reattach", "close", "check")
+WORKTREE_VERBS = ("commits", "refresh", "recreate")  # mu.cli.worktrees
 
 
 def run(args: Dict[str, Any]) -> int:
+    for verb in WORKTREE_VERBS:
+        if args[verb]:
+            from mu.cli import worktrees
+
+            return worktrees.run(verb, args)
     for verb in VERBS:
         if args[verb]:
             return globals()[f"verb_{verb}"](args)
@@ -130,10 +142,13 @@ def verb_list(args: Dict[str, Any]) -> int:
     if not found:
         emit("no agents")
         return 0
+    trees = any(a.base_branch is not None for a in found)  # a BEHIND column only where a tree follows a branch
     table([[a.agent, a.host, a.state, "dead" if a.liveness == "dead" else a.turn, _count(a.runs),
-            _count(a.incarnation), _pane_word(a), a.view or "-", _first_line(a.last_text)]
+            _count(a.incarnation), _pane_word(a), a.view or "-"] + ([_count(a.behind)] if trees else [])
+           + [_first_line(a.last_text)]
            for a in found],
-          ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW", "LAST TEXT"])
+          ["AGENT", "HOST", "JOB", "TURN", "RUNS", "INC", "PANE", "VIEW"] + (["BEHIND"] if trees else [])
+          + ["LAST TEXT"])
     return 0
 
 
@@ -163,6 +178,10 @@ def verb_show(args: Dict[str, Any]) -> int:
         said = f"cannot be checked: {info.pane_unchecked or 'its backend did not answer'}" if info.pane_alive is None \
             else _pane_word(info)
         emit(f"pane: {info.pane['backend']}, {said}; look at it: {info.attach}")
+    if info.base_branch is not None:
+        from mu.cli.worktrees import behind_line
+
+        emit(behind_line(info))
     if info.reconciled:
         emit(f"this read found its job over and recorded it ended: {info.reconciled}")
     if info.view == "detached" and info.pane_alive is False and info.state in ("running", "unknown"):

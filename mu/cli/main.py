@@ -23,6 +23,8 @@ Verbs:
   top       a live, read-only view of the crew
   doctor    find what is off, and name the command that fixes it
   completion  the script that has bash, zsh or fish complete mu's command lines
+  undo      take back a change to the task graph, or list the changes
+  db        back up mu's database
   help      print a verb's usage
 """
 
@@ -62,6 +64,8 @@ GROUPS = {
     "top": "mu.cli.top",
     "doctor": "mu.cli.doctor",
     "completion": "mu.cli.completion",
+    "undo": "mu.cli.undo",
+    "db": "mu.cli.db",
 }
 
 # `help` is a verb of this module, not a group: its usage is its own.

@@ -50,6 +50,9 @@ def run(args: Dict[str, Any]) -> int:
         done = delivery_api.answer(agent, list(args["<key>"]), force=bool(args["--force"]))
     else:
         raise UsageError("no such delivery verb")
+    from mu.cli.worktrees import warn_if_stale
+
+    warn_if_stale(agent)  # stderr: --json's stdout stays one document
     if args["--json"]:
         emit_json(done.as_json())
         return 0

@@ -47,6 +47,9 @@ def text(snap: stating.Snapshot) -> str:
     else:
         parts.append("no agents\n")
     parts.append(_hosts(snap.hosts))
+    if snap.worktrees:  # each worktree's staleness: how far behind the branch it follows
+        parts.append(_table([(w.agent, w.branch or "-", (w.base or "-")[:12], "-" if w.behind is None else str(w.behind))
+                             for w in snap.worktrees], ("WORKTREE OF", "FOLLOWS", "BASE", "BEHIND")))
     parts += _notices(snap.notices)
     if snap.tracks:  # the task graph's parallel tracks: each can be worked beside the others
         parts.append("tracks:\n" + "".join(f"  {w}: {', '.join(t)}\n" for w, t in snap.tracks))
@@ -56,6 +59,10 @@ def text(snap: stating.Snapshot) -> str:
 def _hosts(hosts: List[stating.HostState]) -> str:
     if not hosts:
         return "no hosts\n"
+    if any(h.idle_release_at for h in hosts):  # an idle host: when mu gives it back if it stays idle
+        return _table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-",
+                        iso_ms(h.idle_release_at) if h.idle_release_at else "-") for h in hosts],
+                      ("HOST", "KIND", "STATE", "DEADLINE", "IDLE RELEASE"))
     return _table([(h.name, h.kind, h.state, iso_ms(h.deadline_at) if h.deadline_at else "-") for h in hosts],
                   ("HOST", "KIND", "STATE", "DEADLINE"))
 

@@ -13,6 +13,7 @@ Usage:
   mu task release <task> [--reopen] [--json]
   mu task reject <task> [--cascade] [--json]
   mu task defer <task> [--cascade] [--json]
+  mu task export <workstream> [--into <folder>] [--json]
 
 Options:
   --impact <1-100>      How much the task is worth (default 50).
@@ -26,6 +27,7 @@ Options:
   --evidence <text>     What proves it done: commits, a test command and its result.
   --reopen              Open a closed, rejected or deferred task again.
   --cascade             Reject (defer) the open tasks that depend on it too.
+  --into <folder>       Where the export's markdown goes (default: tasks/<workstream>).
   --json                Print one JSON document on stdout and nothing else there.
 
 After --, a <title> or <text> that begins with - is a text, never an
@@ -74,6 +76,8 @@ def _story(story: task_api.TaskStory) -> None:
 
 def run(args: Dict[str, Any]) -> int:
     task = args["<task>"]
+    if args["export"]:
+        return _export(args)
     as_json = bool(args["--json"])
     if args["add"]:
         made = task_api.task_add(args["<workstream>"], args["<title>"], args["--brief"],
@@ -111,6 +115,10 @@ def run(args: Dict[str, Any]) -> int:
         return 0
     if args["claim"]:
         result = task_api.task_claim(task, args["--for"])
+        if args["--for"] and not as_json:
+            from mu.cli.worktrees import warn_if_stale
+
+            warn_if_stale(result.task.claimed_by)
         return _print(result, as_json, f"{result.task.id} is claimed by {result.task.claimed_by}"
                       + ("" if result.claimed else " (already)"))
     if args["note"]:
@@ -135,4 +143,16 @@ def _print(result: Any, as_json: bool, line: Optional[str]) -> int:
         emit_json(result.as_json())
     elif line is not None:
         emit(line)
+    return 0
+
+
+def _export(args: Dict[str, Any]) -> int:
+    from mu.api import exports
+
+    done = exports.task_export(args["<workstream>"], args["--into"])
+    if args["--json"]:
+        emit_json(done.as_json())
+        return 0
+    emit(f"exported workstream {done.workstream} to {done.folder}: {len(done.written)} written, {done.unchanged}"
+         f" unchanged, {len(done.removed)} removed")
     return 0

@@ -239,6 +239,8 @@ def _agent_lines(agents: List[AgentRow], selected: Optional[str], now_ms: int) -
         last = f"? {row.question}" if row.turn == "blocked" and row.question else row.last_line
         if not last and row.turn in ("unknown", "dead") and row.reason:
             last = f"({row.reason})"
+        if row.behind:  # its worktree is behind the branch it follows
+            last = f"[{row.behind} behind] {last}"
         lines.append(f"{mark} {row.agent:<{name_w}}  {row.host:<{host_w}}  {row.turn:<8}  {runs:>4}"
                      f"  {_age(row.since_ms, now_ms):>5}  {last}")
     return lines

@@ -23,7 +23,12 @@ and asked nothing yet; the subject is the delivery's method);
 subject is the verb: add, block, unblock, claim, note, close, release,
 reject, defer);
 `collect-checked` and `final-collected` (see `mu.agents.collect`; the
-subject is the agent).
+subject is the agent); `refresh-collected` and `refresh-switched` (see
+`mu.agents.waves`; the agent); `undo-chosen` (an undo of the newest group
+has read which it is, nothing written) and `undo-written` (an undo's
+writes are made, not yet committed), the group undone; `backup-copied` (see
+`mu.agents.backup`); `export-wrote` (one file of `mu task export` written;
+the file's name).
 """
 
 from __future__ import annotations

@@ -262,6 +262,16 @@ def _statements(script: str) -> Iterator[str]:
         raise ValueError(f"migration ends inside a statement: {pending.strip()[:60]!r}")
 
 
+_serial = 0  # counts this process's write transactions: `transaction_serial`
+
+
+def transaction_serial() -> int:
+    """Which write transaction of this process is the one under way: a
+    number that changes with each `transaction()`, for what must be made
+    once per transaction (`mu.store.oplog`'s group)."""
+    return _serial
+
+
 def transaction(path: Optional[str] = None, *, wait_ms: Optional[int] = None, durable: bool = True) -> _Transaction:
     """The connection inside `BEGIN IMMEDIATE` (`with db.transaction() as
     conn:`); committed on success, rolled back on any exception.  `wait_ms`
@@ -345,6 +355,8 @@ class _Transaction:
             raise
         self._conn = conn
         self._changes = conn.total_changes
+        global _serial
+        _serial += 1
         return conn
 
     def __exit__(self, kind: object, value: Optional[BaseException], tb: object) -> bool:

@@ -277,6 +277,75 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (agent, job, incarnation, runs, since, pending)
     );
     """,
+    # 12: worktrees between waves (mu agent refresh, recreate).  A tree
+    # names the branch of its checkout it follows (`base_ref`, NULL when it
+    # was made from a commit no branch named), and, while a refresh or a
+    # recreate is under way, the base it is being brought onto
+    # (`refresh_to`): a crash leaves it set, and the next refresh of the
+    # agent settles it from the tree itself.  `from_commit` stays the base
+    # the tree's own commits start from: a refresh moves it.
+    """
+    ALTER TABLE trees ADD COLUMN base_ref TEXT;     -- refs/heads/<branch> of the spawning checkout
+    ALTER TABLE trees ADD COLUMN refresh_to TEXT;   -- the base a refresh under way brings the tree onto
+    """,
+    # 13: the task graph's operations log (mu undo).  Every change to a
+    # task, an edge or an event is logged by a trigger, in the transaction
+    # that makes it, with the row before and after (JSON); the change's
+    # event then stamps the log's unstamped rows with the transaction's
+    # group (mu.store.oplog), so a verb and its cascade are one group.
+    """
+    CREATE TABLE op_groups (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        at      INTEGER NOT NULL,       -- epoch ms
+        who     TEXT NOT NULL,          -- <workstream>/<name>, user or mu
+        verb    TEXT NOT NULL,          -- the first event's kind, or undo
+        undoes  INTEGER                 -- the group an undo applied the inverse of
+    );
+    CREATE TABLE op_log (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        grp     INTEGER,                -- NULL until stamped, in the same transaction
+        tbl     TEXT NOT NULL,          -- tasks, task_edges, task_events
+        op      TEXT NOT NULL,          -- insert, update, delete
+        key     TEXT NOT NULL,          -- the row's key: id, "<task> <blocker>", seq
+        before  TEXT,                   -- the row before (JSON), NULL for an insert
+        after   TEXT                    -- the row after (JSON), NULL for a delete
+    );
+    CREATE INDEX op_log_grp ON op_log(grp);
+    CREATE INDEX op_log_key ON op_log(tbl, key, grp);
+    CREATE TRIGGER op_tasks_insert AFTER INSERT ON tasks BEGIN
+        INSERT INTO op_log (tbl, op, key, after) VALUES ('tasks', 'insert', NEW.id, json_object('id', NEW.id, 'workstream', NEW.workstream, 'title', NEW.title, 'brief', NEW.brief, 'claimed_by', NEW.claimed_by, 'created_at', NEW.created_at, 'impact', NEW.impact, 'effort', NEW.effort, 'status', NEW.status, 'evidence', NEW.evidence, 'closed_by', NEW.closed_by, 'closed_at', NEW.closed_at));
+    END;
+    CREATE TRIGGER op_tasks_update AFTER UPDATE ON tasks BEGIN
+        INSERT INTO op_log (tbl, op, key, before, after) VALUES ('tasks', 'update', NEW.id,
+            json_object('id', OLD.id, 'workstream', OLD.workstream, 'title', OLD.title, 'brief', OLD.brief, 'claimed_by', OLD.claimed_by, 'created_at', OLD.created_at, 'impact', OLD.impact, 'effort', OLD.effort, 'status', OLD.status, 'evidence', OLD.evidence, 'closed_by', OLD.closed_by, 'closed_at', OLD.closed_at),
+            json_object('id', NEW.id, 'workstream', NEW.workstream, 'title', NEW.title, 'brief', NEW.brief, 'claimed_by', NEW.claimed_by, 'created_at', NEW.created_at, 'impact', NEW.impact, 'effort', NEW.effort, 'status', NEW.status, 'evidence', NEW.evidence, 'closed_by', NEW.closed_by, 'closed_at', NEW.closed_at));
+    END;
+    CREATE TRIGGER op_tasks_delete AFTER DELETE ON tasks BEGIN
+        INSERT INTO op_log (tbl, op, key, before) VALUES ('tasks', 'delete', OLD.id, json_object('id', OLD.id, 'workstream', OLD.workstream, 'title', OLD.title, 'brief', OLD.brief, 'claimed_by', OLD.claimed_by, 'created_at', OLD.created_at, 'impact', OLD.impact, 'effort', OLD.effort, 'status', OLD.status, 'evidence', OLD.evidence, 'closed_by', OLD.closed_by, 'closed_at', OLD.closed_at));
+    END;
+    CREATE TRIGGER op_task_edges_insert AFTER INSERT ON task_edges BEGIN
+        INSERT INTO op_log (tbl, op, key, after) VALUES ('task_edges', 'insert', NEW.task || ' ' || NEW.blocker, json_object('task', NEW.task, 'blocker', NEW.blocker));
+    END;
+    CREATE TRIGGER op_task_edges_delete AFTER DELETE ON task_edges BEGIN
+        INSERT INTO op_log (tbl, op, key, before) VALUES ('task_edges', 'delete', OLD.task || ' ' || OLD.blocker, json_object('task', OLD.task, 'blocker', OLD.blocker));
+    END;
+    CREATE TRIGGER op_task_events_insert AFTER INSERT ON task_events BEGIN
+        INSERT INTO op_log (tbl, op, key, after) VALUES ('task_events', 'insert', CAST(NEW.seq AS TEXT), json_object('seq', NEW.seq, 'task', NEW.task, 'at', NEW.at, 'who', NEW.who, 'kind', NEW.kind, 'text', NEW.text));
+    END;
+    CREATE TRIGGER op_task_events_delete AFTER DELETE ON task_events BEGIN
+        INSERT INTO op_log (tbl, op, key, before) VALUES ('task_events', 'delete', CAST(OLD.seq AS TEXT), json_object('seq', OLD.seq, 'task', OLD.task, 'at', OLD.at, 'who', OLD.who, 'kind', OLD.kind, 'text', OLD.text));
+    END;
+    """,
+    # 14: idle hosts given back (`--param idle=<duration>`, mu.agents.idle):
+    # the host's idle limit, and since when a look last found every agent
+    # on it settled-idle (NULL while one is not).
+    """
+    CREATE TABLE host_idle (
+        host        TEXT PRIMARY KEY,   -- the provider host's name
+        idle_ms     INTEGER NOT NULL,   -- how long it may sit idle before mu gives it back
+        idle_since  INTEGER             -- epoch ms: idle since then, as the last look found it
+    );
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -21,7 +21,7 @@ import sqlite3
 import time
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from mu.store import db
+from mu.store import db, oplog
 
 STATUSES = ("open", "in-progress", "closed", "rejected", "deferred")
 FINISHED = ("closed", "rejected", "deferred")  # no longer to be worked on
@@ -92,9 +92,11 @@ def free_id(conn: sqlite3.Connection, title: str) -> str:
 
 def event(conn: sqlite3.Connection, task_id: str, who: str, kind: str, text: Optional[str] = None,
           at: Optional[int] = None) -> int:
-    """Record one change; its seq."""
+    """Record one change; its seq.  The change and its event join the
+    transaction's group of the operations log (`oplog.stamp`)."""
     cur = conn.execute("INSERT INTO task_events (task, at, who, kind, text) VALUES (?, ?, ?, ?, ?)",
                        (task_id, now_ms() if at is None else at, who, kind, text))
+    oplog.stamp(conn, who, kind)
     return int(cur.lastrowid or 0)
 
 

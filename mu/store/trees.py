@@ -32,6 +32,8 @@ class Tree(NamedTuple):
     agent: Optional[str] = None
     checkout: Optional[str] = None
     job: Optional[str] = None  # the job started in it: it owes its final collect
+    base_ref: Optional[str] = None  # the checkout's branch it follows (refs/heads/...), None when none
+    refresh_to: Optional[str] = None  # "<commit> [<branch>]": a refresh or recreate under way brings it there
 
     @property
     def owes_collect(self) -> bool:
@@ -40,14 +42,15 @@ class Tree(NamedTuple):
 
 def _tree(row: sqlite3.Row) -> Tree:
     return Tree(row["host"], row["path"], row["identity"], row["from_commit"], bool(row["gone"]), row["agent"],
-                row["checkout"], row["job"])
+                row["checkout"], row["job"], row["base_ref"], row["refresh_to"])
 
 
 def insert(conn: sqlite3.Connection, host: str, path: str, identity: str, from_commit: str,
-           agent: Optional[str] = None, checkout: Optional[str] = None) -> None:
+           agent: Optional[str] = None, checkout: Optional[str] = None, base_ref: Optional[str] = None) -> None:
     conn.execute(
-        "INSERT INTO trees (host, path, identity, from_commit, gone, agent, checkout) VALUES (?, ?, ?, ?, 0, ?, ?)",
-        (host, path, identity, from_commit, agent, checkout),
+        "INSERT INTO trees (host, path, identity, from_commit, gone, agent, checkout, base_ref)"
+        " VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+        (host, path, identity, from_commit, agent, checkout, base_ref),
     )
 
 
@@ -67,6 +70,39 @@ def record_collected(conn: sqlite3.Connection, host: str, path: str, commit: str
 def move_checkout(conn: sqlite3.Connection, agent: str, checkout: str) -> None:
     """Collect `agent`'s tree into `checkout` from now on, the final collect included."""
     conn.execute("UPDATE trees SET checkout = ? WHERE agent = ?", (checkout, agent))
+
+
+def begin_refresh(conn: sqlite3.Connection, agent: str, base: str, base_ref: Optional[str] = None) -> None:
+    """A refresh or recreate of `agent`'s tree onto commit `base` (and, when
+    given, the branch `base_ref` it follows from then on) is under way: set
+    before the tree is touched, so a crash leaves a sign the next refresh
+    settles (`settle_refresh`)."""
+    conn.execute("UPDATE trees SET refresh_to = ? WHERE agent = ?", (f"{base} {base_ref or ''}".strip(), agent))
+
+
+def refresh_target(tree: "Tree") -> Optional[tuple]:
+    """(commit, branch or None) of the refresh under way on `tree`, or None."""
+    if not tree.refresh_to:
+        return None
+    commit, _, ref = tree.refresh_to.partition(" ")
+    return commit, (ref or None)
+
+
+def settle_refresh(conn: sqlite3.Connection, agent: str, landed: bool) -> None:
+    """The refresh under way is over: when it `landed` (the tree holds its
+    base), that base is the tree's `from_commit` (and its branch, when it
+    named one, the `base_ref` it follows from now on); either way nothing
+    is under way any more."""
+    tree = of_agent(agent, conn)
+    target = refresh_target(tree) if tree is not None else None
+    if target is None:
+        return
+    commit, ref = target
+    if landed:
+        conn.execute("UPDATE trees SET from_commit = ?, base_ref = COALESCE(?, base_ref), refresh_to = NULL"
+                     " WHERE agent = ?", (commit, ref, agent))
+    else:
+        conn.execute("UPDATE trees SET refresh_to = NULL WHERE agent = ?", (agent,))
 
 
 def mark_gone(conn: sqlite3.Connection, host: str, path: str) -> None:
@@ -100,6 +136,19 @@ def find(host: str, path: str, conn: Optional[sqlite3.Connection] = None) -> Opt
     with db.reading() as own:
         row = own.execute(sql, (host, path)).fetchone()
     return _tree(row) if row else None
+
+
+def any_with_agent() -> bool:
+    """Whether any tree made for an agent is recorded (one indexed read)."""
+    with db.reading() as conn:
+        return conn.execute("SELECT 1 FROM trees WHERE agent IS NOT NULL AND gone = 0 LIMIT 1").fetchone() is not None
+
+
+def with_agents() -> List[Tree]:
+    """Every tree made for an agent and not gone, for the reads that show staleness."""
+    with db.reading() as conn:
+        return [_tree(r) for r in conn.execute("SELECT * FROM trees WHERE agent IS NOT NULL AND gone = 0"
+                                              " ORDER BY agent")]
 
 
 def owing() -> List[Tree]:
