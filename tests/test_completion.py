@@ -81,7 +81,7 @@ def test_bash_completes_the_names_mu_knows(crew):
 def test_bash_completes_verbs_commands_and_options(shell_path):
     assert bash_tab("wa") == ["wait"]
     assert set(bash_tab("")) >= {"agent", "send", "wait", "completion", "help", "version"}
-    assert bash_tab("agent", "re") == ["read", "reattach"]
+    assert bash_tab("agent", "re") == ["read", "reattach", "refresh", "recreate"]
     assert bash_tab("send", "w/a", "hi", "--s") == ["--steer"]
     assert bash_tab("agent", "spawn", "w/a", "--harness", "c") == ["claude", "codex"]
     assert bash_tab("help", "ag") == ["agent"]

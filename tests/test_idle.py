@@ -77,7 +77,8 @@ def test_an_idle_host_is_collected_closed_and_released_by_the_next_look(make_hos
     out = run_mu("state", "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
-    assert got["agents"] == [] and [h["state"] for h in got["hosts"]] == ["released"]
+    assert got["agents"] == [] and got["hosts"] == []  # released: gone from mu state
+    assert [h["state"] for h in json.loads(run_mu("host", "list", "--json").stdout)["hosts"]] == ["released"]
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "agentwork"  # the final collect ran
     assert rows(isolated, "trees") == [] and rows(isolated, "jobs") == []
     said = journal_text()
@@ -115,7 +116,8 @@ def test_a_failed_final_collect_keeps_the_host(make_host, checkout, tmp_path, mo
     assert [h["state"] for h in json.loads(out.stdout)["hosts"]] == ["ready"]
     assert "host box: kept, the close of w/a failed" in journal_text()
     monkeypatch.delenv("LIAR_FETCH")
-    assert json.loads(run_mu("state", "--json").stdout)["hosts"][0]["state"] == "released"
+    assert json.loads(run_mu("state", "--json").stdout)["hosts"] == []
+    assert [h["state"] for h in json.loads(run_mu("host", "list", "--json").stdout)["hosts"]] == ["released"]
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "agentwork"
 
 

@@ -334,7 +334,7 @@ def test_staleness_shows_in_the_reads_and_warns_past_the_knob(host, checkout, tm
     sent = run_mu("send", "w/a", "hello again")
     assert sent.returncode == 0, sent.stderr
     assert sent.stderr == ("mu: warning: w/a's worktree is 2 commits behind main: `mu agent refresh w/a` brings it"
-                           " onto its branch\n")
+                           " onto its branch\nnext: mu wait w/a\n")
     task = run_mu("task", "add", "w", "a task")
     assert task.returncode == 0, task.stderr
     task_id = task.stdout.split()[0]
