@@ -75,7 +75,7 @@ READ_S = 8.0
 POLL_S = 0.2
 # what a waiting container's reason means: it will not start without a change
 STUCK = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError",
-         "CreateContainerError", "RunContainerError")
+         "CreateContainerError", "RunContainerError", "Unschedulable")
 # the container's command: sleep for ever, and end at once on the kubelet's TERM
 SLEEP = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 
@@ -178,7 +178,7 @@ class HostSeam:
         while True:
             why = _ended(found) or _stuck(found)
             if why:
-                self._delete(namespace, name, end, call)
+                self._delete(namespace, name, end, call, force=not _ended(found))
                 if recreate and _ended(found):
                     return None
                 raise sdk.Permanent("pod %s cannot run: %s" % (name, why))
@@ -212,7 +212,13 @@ class HostSeam:
         namespace = found["metadata"].get("namespace") or ""
         if _ended(found):
             return {"found": _result(found)}  # its status then reads gone, with the API's reason
-        if not _running(found) and not _stuck(found):
+        if _stuck(found):  # it cannot start: deleted, so nothing of the key is left (as the acquire does)
+            try:
+                self._delete(namespace, found["metadata"]["name"], call_end(call, EFFECT_S), call, force=True)
+            except sdk.PluginError as exc:
+                return {"unknown": exc.message}
+            return {"none": True}
+        if not _running(found):
             return {"pending": True}
         try:
             adopted = self._adopt(found, namespace, key, None, call_end(call, EFFECT_S), call)
@@ -292,19 +298,24 @@ class HostSeam:
         self._context_namespace = namespace
         return namespace
 
-    def _delete(self, namespace: str, name: str, end: float, call: Any) -> None:
+    def _delete(self, namespace: str, name: str, end: float, call: Any, force: bool = False) -> None:
         """Delete pod `name` and prove it gone: the API answers 404 only once
         the kubelet has stopped its containers (protocol "The host":
         release answers only once it is gone).  A pod whose node does not
-        answer is deleted by force halfway through the budget."""
+        answer is deleted by force halfway through the budget; `force`
+        deletes by force at once, for a pod whose container never started
+        (the kubelet takes most of a minute to let such a pod go, and
+        nothing of the agent ever ran in it)."""
         args = ["--namespace", namespace, "delete", "pod", name, "--ignore-not-found", "--wait=false",
                 "--grace-period=1"]
+        if force:
+            args = args[:-1] + ["--grace-period=0", "--force"]
         ran = kubectl(self.options, args, end, call)
         if ran.ended != "exit" or ran.code != 0:
             raise sdk.UnknownOutcome("kubectl delete of pod %s failed: %s"
                                      % (name, first_line(ran.err.decode("utf-8", "replace")) or ran.ended))
         force_at = time.monotonic() + max(5.0, (end - time.monotonic()) / 2)
-        forced = False
+        forced = force
         while True:
             found = get_json(self.options, ["--namespace", namespace, "get", "pod", name], end, call, acts=True)
             if found is None:
@@ -389,7 +400,7 @@ def _ended(found: Dict[str, Any]) -> str:
 
 def _stuck(found: Dict[str, Any]) -> str:
     waiting = _waiting(found)
-    return waiting if waiting.split(" ", 1)[0] in STUCK else ""
+    return waiting if waiting.split(" ", 1)[0].rstrip(":") in STUCK else ""
 
 
 def _result(found: Dict[str, Any]) -> Dict[str, Any]:
