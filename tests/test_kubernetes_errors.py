@@ -4,8 +4,11 @@ leaves no pod behind."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from conftest import run_mu
+from conftest import ROOT, run_mu
 from kube_fixture import kube_cluster, kube_ns  # noqa: F401  (the fixtures)
 
 
@@ -40,3 +43,17 @@ def test_a_pod_that_cannot_be_had_is_refused_and_none_is_left(registered):
         assert kube.pods() == []
         listed = run_mu("host", "list")
         assert "box" not in listed.stdout  # the acquire is rolled back: nothing recorded
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--namespace", "Not_A_Namespace"], "--namespace must be a namespace's name"),
+    (["--work", "relative"], "--work must be an absolute folder"),
+    (["--context"], "unknown argument --context"),
+    (["--colour", "red"], "unknown argument --colour"),
+])
+def test_a_bad_argv_is_one_line_and_exit_2(argv, said):
+    done = subprocess.run([sys.executable, str(ROOT / "bin" / "mu-plugin-kubernetes"), *argv], capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("mu-plugin-kubernetes: " + said), done.stderr
+    assert "Traceback" not in done.stderr

@@ -252,6 +252,10 @@ class HostSeam:
             return {"state": "unknown", "reason": exc.message}
         if found is None:
             return {"state": "gone", "reason": "the API has no pod %s in %s" % (name, namespace)}
+        status = found.get("status") or {}
+        if found["metadata"].get("deletionTimestamp") and status.get("phase") not in ("Failed", "Succeeded"):
+            # its containers may still run out their grace period: not yet a proof of gone
+            return {"state": "unknown", "reason": "pod %s is being deleted" % name}
         ended = _ended(found)
         if ended:
             return {"state": "gone", "reason": "pod %s ended: %s" % (name, ended)}
