@@ -130,6 +130,7 @@ state = "$D/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$D/containerd/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$D/cni/conf"
@@ -168,8 +169,12 @@ start() {
     [ "$(id -u)" = 0 ] || { log "the cluster needs root"; exit 2; }
     built=$(sh "$here/build.sh")
     if [ -d "$D" ]; then log "a stopped cluster's folder is there: stopping it first"; stop; fi
+    command -v ip >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >&2; }
     mkdir -p "$D/log" "$D/run"
     ln -s "$built/bin" "$D/bin"
+    # containerd's shims put their sockets under /run/containerd whatever
+    # the config says: remembered, so that stop removes it when it made it
+    [ -e /run/containerd ] || : >"$D/run/made-run-containerd"
     mkdir -p /var/log/pods
     ls -A /var/log/pods >"$D/run/logs-before"
     ip link show "$BRIDGE" >/dev/null 2>&1 && { log "a bridge $BRIDGE is there already"; exit 1; }
@@ -256,6 +261,7 @@ stop() {
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
     ip link del "$BRIDGE" 2>/dev/null || true
+    if [ -f "$D/run/made-run-containerd" ]; then rm -rf /run/containerd; fi
     if [ -f "$D/run/logs-before" ] && [ -d /var/log/pods ]; then
         for e in $(ls -A /var/log/pods); do
             grep -qxF -- "$e" "$D/run/logs-before" || rm -rf "/var/log/pods/$e"

@@ -162,11 +162,14 @@ class Pod:
         """The exec never started: the API was not reached, or the pod or
         its container is not there (kubectl says so before any stream
         opens).  None otherwise: the run may have run."""
-        low = text.lower()
+        said = last_line(text)  # kubectl's own word comes last, after anything the run wrote
+        low = said.lower()
+        if not low.startswith(("error", "unable to connect")):
+            return None
         if any(u in low for u in UNREACHED):
-            return sdk.Retryable("the Kubernetes API was not reached: %s" % first_line(text))
-        if any(m in low for m in NOT_THERE) and "error" in low:
-            return sdk.Permanent("pod %s is not running: %s" % (self.dest, first_line(text)))
+            return sdk.Retryable("the Kubernetes API was not reached: %s" % said)
+        if any(m in low for m in NOT_THERE):
+            return sdk.Permanent("pod %s is not running: %s" % (self.dest, said))
         return None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
@@ -219,6 +222,13 @@ class Pods:
 
     def close(self) -> None:
         pass
+
+
+def last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:400]
+    return ""
 
 
 def first_line(text: str) -> str:
