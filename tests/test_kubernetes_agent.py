@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from agent_commands import ready
 from conftest import run_mu
 from kube_fixture import kube_cluster, kube_ns  # noqa: F401  (the fixtures)
 from test_site import git, make_checkout
@@ -200,20 +201,35 @@ def test_a_deadline_that_passes_ends_the_pod_after_the_final_collect(registered,
     assert kube.pods() == []
 
 
-def test_a_pod_deleted_behind_mus_back_reads_lost_and_its_agent_dead(registered, checkout):
+def test_a_pod_deleted_behind_mus_back_reads_lost_and_its_agent_dead(registered, checkout, tmp_path):
     kube = registered
     acquired = acquire(kube)
     assert acquired.returncode == 0, acquired.stderr
     [pod] = kube.pods()
     spawned = mu("agent", "spawn", "w/a", "--host", "box", "--harness", "demo")
     assert spawned.returncode == 0, spawned.stderr
+    # a script of this machine's, named by its path: put into the pod by its content, and run there
+    script = tmp_path / "here-only.sh"
+    script.write_text("#!/bin/sh\n" + ready("echo ran in $(uname -n) > /mu/put-ran; exec sleep 600\n"))
+    script.chmod(0o755)
+    spawned = mu("agent", "spawn", "w/b", "--host", "box", "--command", str(script))
+    assert spawned.returncode == 0, spawned.stderr
+    end = time.monotonic() + 30
+    while kube.kubectl("exec", pod, "--", "cat", "/mu/put-ran", check=False).returncode != 0:
+        assert time.monotonic() < end, "the script never ran in the pod"
+        time.sleep(0.2)
+    assert kube.kubectl("exec", pod, "--", "cat", "/mu/put-ran").stdout.strip() == "ran in " + pod.split("/")[1]
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()[:32]
+    assert kube.kubectl("exec", pod, "--", "test", "-x", "/mu/programs/%s/here-only.sh" % digest,
+                        check=False).returncode == 0
     kube.kubectl("delete", pod, "--grace-period=0", "--force")
     status = mu("host", "status", "box", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["state"] == "lost", status.stdout
-    one = shown("w/a")
-    assert one["liveness"] == "dead", one
+    for agent in ("w/a", "w/b"):
+        assert shown(agent)["liveness"] == "dead", shown(agent)
     for out in (status, mu("agent", "list")):
         assert "Traceback" not in out.stderr
     assert mu("agent", "close", "w/a").returncode == 0
+    assert mu("agent", "close", "w/b").returncode == 0
     assert mu("host", "release", "box").returncode == 0
