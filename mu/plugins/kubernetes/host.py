@@ -210,6 +210,17 @@ class HostSeam:
         if found is None:
             return {"none": True}
         namespace = found["metadata"].get("namespace") or ""
+        name = found["metadata"].get("name") or ""
+        # a pod an acquire left starting (the acquire killed while it waited)
+        # is waited for a little: found, as a fresh acquire's, once it runs
+        while not (_running(found) or _ended(found) or _stuck(found)) and time.monotonic() < end:
+            time.sleep(POLL_S)
+            try:
+                found = get_json(self.options, ["--namespace", namespace, "get", "pod", name], end, call)
+            except sdk.PluginError as exc:
+                return {"unknown": exc.message}
+            if found is None:
+                return {"none": True}
         if _ended(found):
             return {"found": _result(found)}  # its status then reads gone, with the API's reason
         if _stuck(found):  # it cannot start: deleted, so nothing of the key is left (as the acquire does)
