@@ -36,7 +36,9 @@ create and the wait.  The --param keys:
 host.lookup finds the pod by its labels in the registered namespace (then
 in every namespace the credentials may list, for a pod put elsewhere by
 the `namespace` param) and checks its key annotation: found (once it is
-running and ready), pending (while it is being made), or none.
+running and ready: a pod an acquire left starting is waited for within
+the read's budget), pending (while it is still being made), none (no
+pod, or one that cannot start, which it deletes), or unknown.
 
 host.status: `up` with facts (the image and its digest, the node, the
 cpu and memory limits, the deadline) while the pod runs; `gone` with the
