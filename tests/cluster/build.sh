@@ -9,7 +9,8 @@
 # source package, and writes two images as docker-archive tarballs: the pod
 # sandbox's pause image and the agents' image (the podman tests' Debian tree
 # with git, tmux and python3, from tests/images/build.sh).  Everything goes
-# to <cache>/<hash>/, the hash being that of this recipe: a folder already
+# to <cache>/<hash>/, the hash being that of this recipe (with image.py and
+# the podman tests' image recipe it packs): a folder already
 # there is reused, so a second run builds nothing.  Prints that folder.
 # Needs root and a Debian mirror the first time; leaves the machine's own
 # apt sources untouched.
@@ -18,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${MU_TEST_CLUSTER_CACHE:-/var/cache/mu-test-cluster}}
 packages="golang-go containerd etcd-server containernetworking-plugins busybox-static gcc libc6-dev openssl curl debootstrap dpkg-dev python3"
 version=v1.20.2
-hash=$( { cat "$0" "$here/image.py"; printf '%s\n' "$packages"; } | sha256sum | cut -c1-16)
+hash=$( { cat "$0" "$here/image.py" "$here/../images/build.sh"; printf '%s\n' "$packages"; } | sha256sum | cut -c1-16)
 out=$cache/$hash
 if [ -s "$out/done" ]; then echo "$out"; exit 0; fi
 
