@@ -246,7 +246,7 @@ stop() {
     halt containerd
     # the shims (and what runs under them) outlive containerd: find them by the cluster's folder
     for proc in /proc/[0-9]*; do
-        if tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -q -F -- "$D/containerd"; then
+        if cat "$proc/cmdline" 2>/dev/null | tr '\0' ' ' | grep -q -F -- "$D/containerd"; then
             kill -KILL "${proc#/proc/}" 2>/dev/null || true
         fi
     done
