@@ -394,7 +394,8 @@ def pages() -> Dict[str, Page]:
 def test_the_groups_are_found():
     # A discovery that found nothing would make every test below vacuous.
     assert {"main", "plugin", "log"} <= set(GROUPS), sorted(GROUPS)
-    assert {page_of(g) for g in GROUPS} | {"mu-plugin-protocol.7", "mu-plugin-ssh.1", "mu-plugin-podman.1"} == set(PAGES)
+    assert {page_of(g) for g in GROUPS} | {"mu-plugin-protocol.7", "mu-plugin-ssh.1", "mu-plugin-podman.1",
+                                                  "mu-plugin-kubernetes.1"} == set(PAGES)
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

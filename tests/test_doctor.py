@@ -177,3 +177,14 @@ def test_doctor_usage_errors_are_one_line(isolated):
     out = run_mu("doctor", "--jsn")
     assert out.returncode == 2
     assert out.stderr.startswith("mu: ") and "Traceback" not in out.stderr
+
+
+def test_a_kubernetes_plugin_whose_kubectl_is_missing_names_the_fix(isolated, tmp_path):
+    plugin = str(Path(__file__).resolve().parent.parent / "bin" / "mu-plugin-kubernetes")
+    missing = str(tmp_path / "no-kubectl-here")
+    added = run_mu("plugin", "add", "kubernetes", "--", plugin, "--kubectl", missing)
+    assert added.returncode == 0, added.stderr
+    fault = failed(diagnosed(code=1))["env:kubectl"]
+    assert missing in fault["detail"] and "--kubectl <path>" in fault["command"], fault
+    os.symlink("/bin/true", missing)  # a kubectl there now: nothing to fix
+    assert "env:kubectl" not in diagnosed(code=0)

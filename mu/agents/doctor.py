@@ -137,7 +137,25 @@ def _plugins() -> List[Finding]:
             found.append(Finding("environment", "env:ssh", FAIL,
                                  f"plugin {record.name} runs OpenSSH, and ssh is not on PATH",
                                  "install the OpenSSH client"))
+        if "mu-plugin-kubernetes" in (os.path.basename(record.argv[0]),
+                                      os.path.basename(os.path.realpath(record.argv[0]))):
+            kubectl = _kubectl_of(record.argv[1:])
+            if not shutil.which(kubectl):
+                found.append(Finding("environment", "env:kubectl", FAIL,
+                                     f"plugin {record.name} drives kubectl, and {kubectl} is not found",
+                                     f"install kubectl, or mu plugin add {record.name} --force -- "
+                                     f"{record.argv[0]} --kubectl <path>"))
     return found
+
+
+def _kubectl_of(args: List[str]) -> str:
+    """The kubectl mu-plugin-kubernetes was registered to run (its `--kubectl`), else `kubectl`."""
+    for i, arg in enumerate(args):
+        if arg.startswith("--kubectl="):
+            return arg.split("=", 1)[1]
+        if arg == "--kubectl" and i + 1 < len(args):
+            return args[i + 1]
+    return "kubectl"
 
 
 # -- the database -------------------------------------------------------------------------

@@ -24,17 +24,15 @@ the engine, its args, the containers.conf and the work folder.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
-import sys
 import time
 
 from mu import sdk
 from mu.plugins.podman import host
 from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
-from mu.plugins.shellhost import channel, job, link, remote
+from mu.plugins.shellhost import channel, job, link, programs, remote
 
 # typing for the checker only: the plugin reaches its handshake without
 # importing it (issue 31)
@@ -47,22 +45,11 @@ USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>].
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 VERSION = "0.1.0"
 KIND = "podman-tmux"
-PROGRAM_MAX = 4 << 20  # at most this many bytes of a program copied into the box for a job (the demo agent)
 REACH_STEPS = ("git", "tmux", "flock", "python3", "work")
 # the reach checks: the SSH provider's, and python3 (the demo agent's)
 REACH = remote.REACH + r'''
 if v=$(python3 --version 2>&1); then echo "python3 ok $v"; else echo "python3 fail python3 is not in the image"; fi
 '''
-# Put a program into the box, named by its content.  Arguments: the
-# path under the work folder.  stdin: the program.  Prints "ok".
-PUT = remote.PRELUDE + r'''
-p=$W/$1
-if [ ! -f "$p" ]; then
-  mkdir -p -- "${p%/*}" && cat > "$p.tmp.$$" && chmod 0755 "$p.tmp.$$" && mv -f -- "$p.tmp.$$" "$p" || { echo fail; exit 0; }
-fi
-echo ok
-'''
-
 
 class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     name = "podman"
@@ -117,29 +104,7 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
         return job.JobSeam.start_job(self, params, call)
 
     def _put_programs(self, conn: Box, cmd: str, end: float, call: Any) -> str:
-        try:
-            words = shlex.split(cmd)
-        except ValueError:
-            return cmd
-        changed = False
-        for i, word in enumerate(words):
-            if not os.path.isabs(word) or not os.path.isfile(word) or os.path.getsize(word) > PROGRAM_MAX:
-                continue
-            if i == 0 and word.startswith(sys.exec_prefix):
-                words[i] = "python3"  # this machine's interpreter: the image's runs the program
-                changed = True
-                continue
-            with open(word, "rb") as f:
-                body = f.read()
-            if i == 0 and not body.startswith(b"#!"):
-                continue  # a binary of this machine: not ours to copy
-            path = "programs/%s/%s" % (hashlib.sha256(body).hexdigest()[:32], os.path.basename(word))
-            said = conn.op(PUT, [path], end, call, data=body, acts=True)
-            if said[:1] != ["ok"]:
-                raise sdk.Permanent("cannot put %s into container %s" % (os.path.basename(word), conn.dest))
-            words[i] = "%s/%s" % (self.options.work.rstrip("/"), path)
-            changed = True
-        return " ".join(shlex.quote(w) for w in words) if changed else cmd
+        return programs.put_programs(conn, self.options.work, cmd, end, call)
 
     @sdk.method("link.checkSteps")
     def check_steps(self, params: Dict[str, Any], call: Any) -> list:
