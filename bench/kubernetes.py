@@ -35,7 +35,7 @@ import harness
 from harness import MU, PYTHON, Row, run_s
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests"))
-TITLE = "bench 17: mu-plugin-kubernetes against kubectl"
+TITLE = "bench 18: mu-plugin-kubernetes against kubectl"
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "NAME"},
        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "enableServiceLinks": False,
