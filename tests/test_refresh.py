@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from agent_commands import ready
 from conftest import one_error_line, run_mu, wait_for
 from test_site import Host, git, make_checkout, rows
 
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "mu-demo-agent"
+MOVED = "the base of your worktree moved"
 # Commits b.txt in the tree unless told not to, says where its job folder is.
 AGENT = ("echo \"$MU_DEMO_AGENT_DIR\" > {jobdir}; {work} touch {done}; sleep 60")
 COMMIT = "echo {text} > b.txt && git add b.txt && git commit -q -m agentwork &&"
@@ -383,3 +386,88 @@ def test_a_sigkill_once_a_recreate_moved_the_tree_is_settled_by_the_next(host, c
     assert got["settled"] == f"the tree holds {new_base[:12]}" and head(host) == new_base
     row = tree_row(isolated)
     assert (row["from_commit"], row["refresh_to"]) == (new_base, None)
+
+
+# -- the notice that the base moved, owed across a crash -------------------------------------
+
+
+def spawn_demo(tmp_path: Path) -> Path:
+    """Spawn w/a as the demo agent (it takes each delivery as a turn, and
+    records it) in a worktree; returns its job folder."""
+    jobdir = tmp_path / "jobdir"
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command",
+                 f"echo \"$MU_DEMO_AGENT_DIR\" > {jobdir}; exec {sys.executable} {DEMO} --poll 0.02")
+    assert out.returncode == 0, out.stderr
+    return Path(jobdir.read_text().strip())
+
+
+def told_of_moves(jobdir: Path) -> list:
+    """The demo agent's settled turns that a notice of its base moving began."""
+    turns = [json.loads(f.read_text()) for f in sorted((jobdir / "turns").glob("*.json"))]
+    return [t for t in turns if MOVED in (t.get("lastText") or "")]
+
+
+def taken(jobdir: Path) -> int:
+    return len(list((jobdir / "taken").glob("*.json")))
+
+
+@pytest.mark.parametrize("point", ["refresh-switched", "refresh-recorded"])
+def test_a_sigkill_between_the_move_and_the_telling_leaves_the_notice_owed_and_the_next_refresh_tells_it_once(
+        host, checkout, tmp_path, isolated, point):
+    jobdir = spawn_demo(tmp_path)
+    new_base = main_moves(checkout)
+    cut = refresh(env={"MU_CRASH_AT": f"{point}@w/a"})
+    assert cut.returncode == -9
+    assert git("rev-parse", "HEAD", cwd=host.tree()) == new_base  # the tree moved
+    assert rows(isolated, "deliveries") == [] and taken(jobdir) == 0  # and nobody told the agent
+    state = json.loads(run_mu("state", "--json").stdout)
+    if point == "refresh-recorded":  # the move and the notice it owes are one record
+        row = tree_row(isolated)
+        assert (row["from_commit"], row["refresh_to"], row["notice_msg"]) == (new_base, None, None)
+        assert MOVED in row["notice"]
+        assert [(n["subject"], n["command"]) for n in state["notices"] if n["kind"] == "untold"] == \
+            [("w/a", "mu agent refresh w/a")]
+        doctor = json.loads(run_mu("doctor", "--json").stdout)
+        (finding,) = [f for f in doctor["findings"] if f["check"] == "notice:w/a"]
+        assert (finding["result"], finding["command"]) == ("warn", "mu agent refresh w/a")
+    else:  # the move is not recorded yet: the refresh cut short is the notice
+        assert [n["command"] for n in state["notices"] if n["kind"] == "stale"] == ["mu agent refresh w/a"]
+    # the next refresh has nothing to do to the tree, and tells the agent
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout)
+    assert got["how"] == "up-to-date" and got["told"]
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [got["told"]]
+    row = tree_row(isolated)
+    assert (row["notice"], row["notice_msg"], row["refresh_to"]) == (None, None, None)
+    wait_for(lambda: told_of_moves(jobdir), 20, "the demo agent's turn")
+    (turn,) = told_of_moves(jobdir)
+    assert new_base[:12] in turn["lastText"]
+    state = json.loads(run_mu("state", "--json").stdout)
+    assert not [n for n in state["notices"] if n["kind"] in ("untold", "stale")]
+    # a second refresh tells nothing more
+    wait_for(lambda: json.loads((jobdir / "turn.json").read_text())["state"] == "idle", 20, "the turn to settle")
+    third = refresh("--json")
+    assert third.returncode == 0, third.stderr
+    assert (json.loads(third.stdout)["told"], json.loads(third.stdout)["untold"]) == (None, "nothing moved")
+    assert len(rows(isolated, "deliveries")) == 1 and taken(jobdir) == 1 and len(told_of_moves(jobdir)) == 1
+
+
+def test_a_sigkill_once_the_notice_is_on_the_wire_resolves_it_by_its_msgid_never_twice(host, checkout, tmp_path,
+                                                                                         isolated):
+    jobdir = spawn_demo(tmp_path)
+    main_moves(checkout)
+    # killed once the delivery's request is written: the agent may have it
+    cut = refresh(env={"MU_CRASH_AT": "request-written@channel.send"})
+    assert cut.returncode == -9
+    (sent,) = rows(isolated, "deliveries")
+    assert tree_row(isolated)["notice_msg"] == sent["msg_id"]
+    wait_for(lambda: json.loads((jobdir / "turn.json").read_text()).get("runs") == 1
+             and json.loads((jobdir / "turn.json").read_text())["state"] == "idle", 20, "the turn to settle")
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["told"] == sent["msg_id"]
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [sent["msg_id"]]
+    assert rows(isolated, "deliveries")[0]["state"] == "accepted"
+    assert tree_row(isolated)["notice"] is None
+    assert taken(jobdir) == 1 and len(told_of_moves(jobdir)) == 1
