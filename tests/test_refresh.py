@@ -8,7 +8,9 @@ rewrites to make the agent busy).  The caller's checkout is a real
 repository on branch `main`, which the test moves on as the next wave's
 merges would.  A SIGKILL of mu at each of the refresh's crash points
 leaves the tree and the branch as before or as after, and the next refresh
-settles the row.
+settles the row.  The notice that the base moved is told to the demo agent
+(examples/mu-demo-agent, whose turn records show each message it took)
+exactly once, across a SIGKILL between the move and the telling.
 """
 
 from __future__ import annotations
@@ -471,3 +473,23 @@ def test_a_sigkill_once_the_notice_is_on_the_wire_resolves_it_by_its_msgid_never
     assert rows(isolated, "deliveries")[0]["state"] == "accepted"
     assert tree_row(isolated)["notice"] is None
     assert taken(jobdir) == 1 and len(told_of_moves(jobdir)) == 1
+
+
+def test_a_recreate_tells_an_owed_notice_with_its_own_in_one_delivery(host, checkout, tmp_path, isolated):
+    jobdir = spawn_demo(tmp_path)
+    first = main_moves(checkout)
+    assert refresh(env={"MU_CRASH_AT": "refresh-recorded@w/a"}).returncode == -9
+    assert MOVED in tree_row(isolated)["notice"]
+    second = main_moves(checkout, "d.txt")
+    done = run_mu("agent", "recreate", "w/a", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["how"] == "recreated" and got["told"] and head(host) == second
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [got["told"]]
+    assert tree_row(isolated)["notice"] is None
+    wait_for(lambda: told_of_moves(jobdir), 20, "the demo agent's turn")
+    assert taken(jobdir) == 1
+    (turn,) = told_of_moves(jobdir)
+    assert first[:12] in turn["lastText"]  # the first line of the text: the notice owed
+    made = (host.tree() / "turn-1-1.md").read_text()  # the whole message, as the agent wrote it down
+    assert made.index(first[:12]) < made.index(second[:12])  # both moves, the owed one first

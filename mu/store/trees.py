@@ -13,6 +13,10 @@ after the job and the agent rows went; once that collect is done the row
 forgets the job (`record_collected`), so a removal cut short later is
 only a removal.  A row is written before its tree
 is made, so a tree whose making a crash cut short is always known.
+
+A refresh that moved the tree leaves the notice it owes its agent on the
+row (`notice`, and `notice_msg` once a delivery carries it) until that
+delivery is accepted (mu.agents.waves).
 """
 
 from __future__ import annotations
