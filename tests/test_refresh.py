@@ -16,6 +16,7 @@ exactly once, across a SIGKILL between the move and the telling.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -493,3 +494,23 @@ def test_a_recreate_tells_an_owed_notice_with_its_own_in_one_delivery(host, chec
     assert first[:12] in turn["lastText"]  # the first line of the text: the notice owed
     made = (host.tree() / "turn-1-1.md").read_text()  # the whole message, as the agent wrote it down
     assert made.index(first[:12]) < made.index(second[:12])  # both moves, the owed one first
+
+
+def test_an_owed_notice_of_an_agent_whose_job_is_over_is_dropped_and_said(host, checkout, tmp_path, isolated):
+    jobdir = spawn_demo(tmp_path)
+    main_moves(checkout)
+    assert refresh(env={"MU_CRASH_AT": "refresh-recorded@w/a"}).returncode == -9
+    assert tree_row(isolated)["notice"]
+    shutil.rmtree(jobdir / "inbox")  # the demo agent ends when its inbox goes
+
+    def over() -> bool:
+        shown = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)
+        return shown["liveness"] == "dead"
+
+    wait_for(over, 20, "the agent's job to end")
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout)
+    assert (got["told"], got["untold"]) == (None, "its job is over")
+    assert tree_row(isolated)["notice"] is None and rows(isolated, "deliveries") == []
+    assert not [n for n in json.loads(run_mu("state", "--json").stdout)["notices"] if n["kind"] == "untold"]

@@ -318,7 +318,7 @@ def refresh(agent_name: str, onto: Optional[str] = None, lossy: bool = False, fo
         alive = _refuse_busy(agent_name, force, verb)
         link = Link(host)
         settled = _settle(link, tree, deadline, alive)
-        owed = _resolve_owed(agent_name, alive)
+        owed, owed_why = _resolve_owed(agent_name, alive)
         tree = trees.of_agent(agent_name) or tree
         previous_base = tree.from_commit
         got = collect._collect(tree, host, link, deadline, final=False)
@@ -360,7 +360,8 @@ def refresh(agent_name: str, onto: Optional[str] = None, lossy: bool = False, fo
             crashpoints.reach("refresh-recorded", agent_name)
         told, untold = _tell_owed(agent_name) if alive else (None, None)
         if told is None and untold is None:
-            told, untold = owed, (None if owed else "nothing moved" if moved is None else "its job is over")
+            told, untold = owed, (None if owed else owed_why or ("nothing moved" if moved is None
+                                                                 else "its job is over"))
     return Refreshed(agent_name, how, _branch(base_ref), base, previous_base, head, got, dropped, told, untold,
                      settled)
 
@@ -403,10 +404,11 @@ def _notice(how: str, base: str, base_ref: Optional[str], head: str, dropped: Li
             + " Read files again before you edit them.")
 
 
-def _resolve_owed(agent_name: str, alive: bool) -> Optional[str]:
+def _resolve_owed(agent_name: str, alive: bool) -> Tuple[Optional[str], Optional[str]]:
     """Before the tree is touched: the delivery an earlier refresh wrote
-    for the notice the agent is owed, resolved by its msgId.  Returns that
-    msgId when it was accepted (the notice is then cleared), else None.
+    for the notice the agent is owed, resolved by its msgId.  Returns
+    (that msgId, None) when it was accepted (the notice is then cleared),
+    (None, why) when the notice is dropped, else (None, None).
 
     Never sent anew while its outcome is open: an open one is resolved by
     its rule (`deliver.check`), and while it stays open the refresh stops
@@ -420,20 +422,18 @@ def _resolve_owed(agent_name: str, alive: bool) -> Optional[str]:
 
     tree = trees.of_agent(agent_name)
     if tree is None or tree.notice is None:
-        return None
+        return None, None
     if not alive:
-        _forget_notice(agent_name, "its job is over")
-        return None
+        return None, _forget_notice(agent_name, "its job is over")
     sent = tree.notice_msg
     if not sent:
-        return None
+        return None, None
     row = deliveries.find(sent)
     state = row.state if row is not None else None
     if row is not None and state in ("sending", "unknown"):
         if intents.pending(row.subject) is None:
-            _forget_notice(agent_name, f"the outcome of delivery {sent} that carries it is left to a person"
-                           " (`mu state` lists it)")
-            return None
+            return None, _forget_notice(agent_name, f"the outcome of delivery {sent} that carries the notice is"
+                                        " left to a person (`mu state` lists it)")
         try:
             state = deliver.check(agent_name, sent, lock_held=True).state
         except UnknownOutcome as e:
@@ -447,8 +447,8 @@ def _resolve_owed(agent_name: str, alive: bool) -> Optional[str]:
             trees.notice_sent(conn, agent_name, None)
     if state == "accepted":
         journal().record(f"agent {agent_name}: delivery {sent} told it its base moved")
-        return sent
-    return None
+        return sent, None
+    return None, None
 
 
 def _tell_owed(agent_name: str) -> Tuple[Optional[str], Optional[str]]:
@@ -476,7 +476,8 @@ def _tell_owed(agent_name: str) -> Tuple[Optional[str], Optional[str]]:
     return done.msg_id, None
 
 
-def _forget_notice(agent_name: str, why: str) -> None:
+def _forget_notice(agent_name: str, why: str) -> str:
     with db.transaction() as conn:
         trees.clear_notice(conn, agent_name, None)
     journal().record(f"agent {agent_name}: the notice that its base moved is not delivered: {why}")
+    return why
