@@ -8,13 +8,17 @@ rewrites to make the agent busy).  The caller's checkout is a real
 repository on branch `main`, which the test moves on as the next wave's
 merges would.  A SIGKILL of mu at each of the refresh's crash points
 leaves the tree and the branch as before or as after, and the next refresh
-settles the row.
+settles the row.  The notice that the base moved is told to the demo agent
+(examples/mu-demo-agent, whose turn records show each message it took)
+exactly once, across a SIGKILL between the move and the telling.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,8 @@ from agent_commands import ready
 from conftest import one_error_line, run_mu, wait_for
 from test_site import Host, git, make_checkout, rows
 
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "mu-demo-agent"
+MOVED = "the base of your worktree moved"
 # Commits b.txt in the tree unless told not to, says where its job folder is.
 AGENT = ("echo \"$MU_DEMO_AGENT_DIR\" > {jobdir}; {work} touch {done}; sleep 60")
 COMMIT = "echo {text} > b.txt && git add b.txt && git commit -q -m agentwork &&"
@@ -383,3 +389,128 @@ def test_a_sigkill_once_a_recreate_moved_the_tree_is_settled_by_the_next(host, c
     assert got["settled"] == f"the tree holds {new_base[:12]}" and head(host) == new_base
     row = tree_row(isolated)
     assert (row["from_commit"], row["refresh_to"]) == (new_base, None)
+
+
+# -- the notice that the base moved, owed across a crash -------------------------------------
+
+
+def spawn_demo(tmp_path: Path) -> Path:
+    """Spawn w/a as the demo agent (it takes each delivery as a turn, and
+    records it) in a worktree; returns its job folder."""
+    jobdir = tmp_path / "jobdir"
+    out = run_mu("agent", "spawn", "w/a", "--host", "box", "--worktree", "--command",
+                 f"echo \"$MU_DEMO_AGENT_DIR\" > {jobdir}; exec {sys.executable} {DEMO} --poll 0.02")
+    assert out.returncode == 0, out.stderr
+    return Path(jobdir.read_text().strip())
+
+
+def told_of_moves(jobdir: Path) -> list:
+    """The demo agent's settled turns that a notice of its base moving began."""
+    turns = [json.loads(f.read_text()) for f in sorted((jobdir / "turns").glob("*.json"))]
+    return [t for t in turns if MOVED in (t.get("lastText") or "")]
+
+
+def taken(jobdir: Path) -> int:
+    return len(list((jobdir / "taken").glob("*.json")))
+
+
+@pytest.mark.parametrize("point", ["refresh-switched", "refresh-recorded"])
+def test_a_sigkill_between_the_move_and_the_telling_leaves_the_notice_owed_and_the_next_refresh_tells_it_once(
+        host, checkout, tmp_path, isolated, point):
+    jobdir = spawn_demo(tmp_path)
+    new_base = main_moves(checkout)
+    cut = refresh(env={"MU_CRASH_AT": f"{point}@w/a"})
+    assert cut.returncode == -9
+    assert git("rev-parse", "HEAD", cwd=host.tree()) == new_base  # the tree moved
+    assert rows(isolated, "deliveries") == [] and taken(jobdir) == 0  # and nobody told the agent
+    state = json.loads(run_mu("state", "--json").stdout)
+    if point == "refresh-recorded":  # the move and the notice it owes are one record
+        row = tree_row(isolated)
+        assert (row["from_commit"], row["refresh_to"], row["notice_msg"]) == (new_base, None, None)
+        assert MOVED in row["notice"]
+        assert [(n["subject"], n["command"]) for n in state["notices"] if n["kind"] == "untold"] == \
+            [("w/a", "mu agent refresh w/a")]
+        doctor = json.loads(run_mu("doctor", "--json").stdout)
+        (finding,) = [f for f in doctor["findings"] if f["check"] == "notice:w/a"]
+        assert (finding["result"], finding["command"]) == ("warn", "mu agent refresh w/a")
+    else:  # the move is not recorded yet: the refresh cut short is the notice
+        assert [n["command"] for n in state["notices"] if n["kind"] == "stale"] == ["mu agent refresh w/a"]
+    # the next refresh has nothing to do to the tree, and tells the agent
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout)
+    assert got["how"] == "up-to-date" and got["told"]
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [got["told"]]
+    row = tree_row(isolated)
+    assert (row["notice"], row["notice_msg"], row["refresh_to"]) == (None, None, None)
+    wait_for(lambda: told_of_moves(jobdir), 20, "the demo agent's turn")
+    (turn,) = told_of_moves(jobdir)
+    assert new_base[:12] in turn["lastText"]
+    state = json.loads(run_mu("state", "--json").stdout)
+    assert not [n for n in state["notices"] if n["kind"] in ("untold", "stale")]
+    # a second refresh tells nothing more
+    wait_for(lambda: json.loads((jobdir / "turn.json").read_text())["state"] == "idle", 20, "the turn to settle")
+    third = refresh("--json")
+    assert third.returncode == 0, third.stderr
+    assert (json.loads(third.stdout)["told"], json.loads(third.stdout)["untold"]) == (None, "nothing moved")
+    assert len(rows(isolated, "deliveries")) == 1 and taken(jobdir) == 1 and len(told_of_moves(jobdir)) == 1
+
+
+def test_a_sigkill_once_the_notice_is_on_the_wire_resolves_it_by_its_msgid_never_twice(host, checkout, tmp_path,
+                                                                                         isolated):
+    jobdir = spawn_demo(tmp_path)
+    main_moves(checkout)
+    # killed once the delivery's request is written: the agent may have it
+    cut = refresh(env={"MU_CRASH_AT": "request-written@channel.send"})
+    assert cut.returncode == -9
+    (sent,) = rows(isolated, "deliveries")
+    assert tree_row(isolated)["notice_msg"] == sent["msg_id"]
+    wait_for(lambda: json.loads((jobdir / "turn.json").read_text()).get("runs") == 1
+             and json.loads((jobdir / "turn.json").read_text())["state"] == "idle", 20, "the turn to settle")
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["told"] == sent["msg_id"]
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [sent["msg_id"]]
+    assert rows(isolated, "deliveries")[0]["state"] == "accepted"
+    assert tree_row(isolated)["notice"] is None
+    assert taken(jobdir) == 1 and len(told_of_moves(jobdir)) == 1
+
+
+def test_a_recreate_tells_an_owed_notice_with_its_own_in_one_delivery(host, checkout, tmp_path, isolated):
+    jobdir = spawn_demo(tmp_path)
+    first = main_moves(checkout)
+    assert refresh(env={"MU_CRASH_AT": "refresh-recorded@w/a"}).returncode == -9
+    assert MOVED in tree_row(isolated)["notice"]
+    second = main_moves(checkout, "d.txt")
+    done = run_mu("agent", "recreate", "w/a", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["how"] == "recreated" and got["told"] and got["head"] == second  # the agent commits on it once told
+    assert [d["msg_id"] for d in rows(isolated, "deliveries")] == [got["told"]]
+    assert tree_row(isolated)["notice"] is None
+    wait_for(lambda: told_of_moves(jobdir), 20, "the demo agent's turn")
+    assert taken(jobdir) == 1
+    (turn,) = told_of_moves(jobdir)
+    assert first[:12] in turn["lastText"]  # the first line of the text: the notice owed
+    made = (host.tree() / "turn-1-1.md").read_text()  # the whole message, as the agent wrote it down
+    assert made.index(first[:12]) < made.index(second[:12])  # both moves, the owed one first
+
+
+def test_an_owed_notice_of_an_agent_whose_job_is_over_is_dropped_and_said(host, checkout, tmp_path, isolated):
+    jobdir = spawn_demo(tmp_path)
+    main_moves(checkout)
+    assert refresh(env={"MU_CRASH_AT": "refresh-recorded@w/a"}).returncode == -9
+    assert tree_row(isolated)["notice"]
+    shutil.rmtree(jobdir / "inbox")  # the demo agent ends when its inbox goes
+
+    def over() -> bool:
+        shown = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)
+        return shown["liveness"] == "dead"
+
+    wait_for(over, 20, "the agent's job to end")
+    again = refresh("--json")
+    assert again.returncode == 0, again.stderr
+    got = json.loads(again.stdout)
+    assert (got["told"], got["untold"]) == (None, "its job is over")
+    assert tree_row(isolated)["notice"] is None and rows(isolated, "deliveries") == []
+    assert not [n for n in json.loads(run_mu("state", "--json").stdout)["notices"] if n["kind"] == "untold"]

@@ -45,8 +45,9 @@ delivery's method (`reply-read@channel.send`), and `delivery-claimed`
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from mu.agents import hosting, readings, split_agent
 from mu.agents.hosting import Host
@@ -297,12 +298,19 @@ def _resolve_earlier(client: PluginClient, target: _Target) -> List[str]:
     return done
 
 
+# Writes of the caller's own in the transaction that writes a delivery's
+# row and intent, given its msgId (a refresh's owed notice records which
+# delivery carries it: mu.agents.waves).
+OnWrite = Callable[[sqlite3.Connection, str], None]
+
+
 def deliver(agent_name: str, request: Request, *, first_prompt: bool = False, lock_held: bool = False,
-            client: Optional[PluginClient] = None) -> Delivered:
+            client: Optional[PluginClient] = None, on_write: Optional[OnWrite] = None) -> Delivered:
     """Deliver `request` to `agent_name` exactly once.
 
     `first_prompt` marks an on-send kind's first prompt (sent by the spawn,
-    which holds the agent's lock: `lock_held`).  Raises `UsageError`,
+    which holds the agent's lock: `lock_held`).  `on_write(conn, msg_id)`
+    runs in the transaction that writes the delivery's row and intent.  Raises `UsageError`,
     `NotFound`, `Refused` or `Unsupported` (exit 2) before anything is
     written; `UnknownOutcome` (exit 1, naming the msgId) when the outcome
     is unknown; a `CallError` (exit 5) when the plugin definitely refused."""
@@ -310,13 +318,13 @@ def deliver(agent_name: str, request: Request, *, first_prompt: bool = False, lo
     target = _find(agent_name)
     seam.refuse_unsupported(request, target.seam, agent_name)
     if lock_held:
-        return _deliver_locked(agent_name, request, first_prompt, client)
+        return _deliver_locked(agent_name, request, first_prompt, client, on_write)
     with locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S)):
-        return _deliver_locked(agent_name, request, first_prompt, client)
+        return _deliver_locked(agent_name, request, first_prompt, client, on_write)
 
 
 def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
-                    client: Optional[PluginClient]) -> Delivered:
+                    client: Optional[PluginClient], on_write: Optional[OnWrite] = None) -> Delivered:
     target = _find(agent_name)  # again, under the lock: a close may have come first
     seam.refuse_unsupported(request, target.seam, agent_name)
     agent, job = target.agent, target.job
@@ -337,6 +345,8 @@ def _deliver_locked(agent_name: str, request: Request, first_prompt: bool,
             raise not_found("agent", agent_name, conn)
         deliveries.insert(conn, msg_id=msg_id, workstream=agent.workstream, name=agent.name, kind=request.kind,
                           method=method, plugin=agent.plugin, job=job.token)
+        if on_write is not None:
+            on_write(conn, msg_id)
 
     try:
         reply = engine.perform(
@@ -406,7 +416,8 @@ def _after_fresh(client: PluginClient, target: _Target, was: Optional[int], repl
 
 
 def send(agent: str, text: str, *, steer: bool = False, fresh: bool = False, force: bool = False,
-         first_prompt: bool = False, lock_held: bool = False, client: Optional[PluginClient] = None) -> Delivered:
+         first_prompt: bool = False, lock_held: bool = False, client: Optional[PluginClient] = None,
+         on_write: Optional[OnWrite] = None) -> Delivered:
     """`mu send`: a follow-up (or `steer`) as `channel.send`, or with
     `fresh` a `channel.fresh`.  The spawn sends an on-send kind's first
     prompt with `first_prompt=True` (and `lock_held=True`, holding the
@@ -416,7 +427,7 @@ def send(agent: str, text: str, *, steer: bool = False, fresh: bool = False, for
     if fresh and first_prompt:
         raise UsageError("a first prompt is a send, not a fresh one")
     request = Request("fresh" if fresh else "send", text=text, steer=steer, force=force)
-    return deliver(agent, request, first_prompt=first_prompt, lock_held=lock_held, client=client)
+    return deliver(agent, request, first_prompt=first_prompt, lock_held=lock_held, client=client, on_write=on_write)
 
 
 def command(agent: str, name: str, instructions: Optional[str] = None, *, force: bool = False) -> Delivered:
@@ -438,7 +449,7 @@ def answer(agent: str, keys: Sequence[str], *, force: bool = False) -> Delivered
 # -- resolving one msgId ------------------------------------------------------------
 
 
-def check(agent_name: str, msg_id: str) -> Delivered:
+def check(agent_name: str, msg_id: str, lock_held: bool = False) -> Delivered:
     """The outcome of delivery `msg_id` to `agent_name`, resolved by its
     rule when mu does not know it yet (a receipt, or a deduped resend only
     while no newer delivery was written).
@@ -449,7 +460,8 @@ def check(agent_name: str, msg_id: str) -> Delivered:
     mu has no delivery of is one mu never sent (every delivery's row is
     written before its call): `NotFound` (exit 2), whatever a channel's
     receipt would say of it.  Raises `UnknownOutcome` (exit 1) while the
-    outcome stays unknown."""
+    outcome stays unknown.  `lock_held`: the caller holds the agent's lock
+    (a refresh resolving the delivery of the notice it owes)."""
     workstream, name = split_agent(agent_name)
     if not msg_id.strip():
         raise UsageError("a msgId cannot be empty")
@@ -466,7 +478,8 @@ def check(agent_name: str, msg_id: str) -> Delivered:
         raise UnknownOutcome(f"delivery {msg_id} to {agent_name}: outcome unknown: {row.reason}",
                              "no one is left to ask; if it still matters, send it again to an agent that runs",
                              key=msg_id)
-    with locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S)):
+    held = contextlib.nullcontext() if lock_held else locks.subject("agent", agent_name, Deadline.after(LOCK_WAIT_S))
+    with held:
         row = deliveries.find(msg_id)
         assert row is not None
         intent = intents.pending(row.subject)

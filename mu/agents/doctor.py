@@ -292,6 +292,10 @@ def _records() -> List[Finding]:
         agent = tree.agent or "<agent>"
         found.append(Finding("records", f"collect:{agent}", FAIL, f"the tree {tree.path} on host {tree.host} still"
                              " owes its final collect", f"mu agent close {agent}"))
+    for tree in trees.owing_notice():
+        found.append(Finding("records", f"notice:{tree.agent}", WARN, f"{tree.agent} is owed the notice that its"
+                             " worktree's base moved: a refresh moved it and no delivery of the notice was accepted",
+                             f"mu agent refresh {tree.agent}"))
     now_ms = int(time.time() * 1000)
     for host in all_hosts:
         at = hosting.deadline_at(host)
@@ -300,7 +304,7 @@ def _records() -> List[Finding]:
                                  f" ({(now_ms - at) // 1000} s ago)", f"mu host release {host.name} --force"))
     if not found:
         found.append(Finding("records", "records", OK, f"{len(pending)} open intents, no stop or collect owed,"
-                             " no host past its deadline"))
+                             " no host past its deadline, no notice owed"))
     return found
 
 

@@ -27,6 +27,8 @@ Notices (`kind`, what, the command), blocked agents first (a person must act):
   delivery       a delivery whose outcome is unknown
   not-asked      agents past `ASK_MAX`, read from records only
   task-claim     a task claimed by an agent that is gone: `mu task release <task>`
+  stale          a worktree past `MU_STALE_COMMITS` behind its branch, or with a refresh cut short
+  untold         an agent owed the notice that its worktree's base moved: `mu agent refresh <agent>` delivers it
 
 The snapshot's `tracks` are the task graph's parallel tracks
 (mu.store.task_glance): unfinished tasks joined by edges, each track
@@ -238,7 +240,8 @@ def _idle_look() -> Dict[str, int]:
 
 def _worktrees(notices: List[Notice]) -> List[Any]:
     """Each agent's worktree's staleness; a notice for each past
-    `MU_STALE_COMMITS` (or with a refresh under way), appended to `notices`."""
+    `MU_STALE_COMMITS` (or with a refresh under way), and one for each
+    agent owed the notice that its base moved, appended to `notices`."""
     if not trees.any_with_agent():
         return []  # no git, no import: the common glance has no worktree
     from mu.agents import staleness
@@ -248,6 +251,10 @@ def _worktrees(notices: List[Notice]) -> List[Any]:
         said = staleness.notice(one)
         if said is not None:
             notices.append(Notice("stale", one.agent, said[0], said[1]))
+    for tree in trees.owing_notice():
+        notices.append(Notice("untold", tree.agent or "", f"{tree.agent} is owed the notice that its worktree's base"
+                              " moved" + (f" (delivery {tree.notice_msg})" if tree.notice_msg else ""),
+                              f"mu agent refresh {tree.agent}"))
     return found
 
 

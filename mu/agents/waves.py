@@ -11,7 +11,10 @@ next one's effect:
    read while its job runs) without `force`.
 2. A refresh an earlier one left under way (the tree's `refresh_to`, set
    below) is settled first: a switch it cut short is finished (see the
-   host's script) and the tree's recorded base follows what the tree holds.
+   host's script) and the tree's recorded base follows what the tree holds;
+   when that moved the base, the agent is owed the notice (step 6).  Then
+   a delivery an earlier refresh wrote for an owed notice is resolved by
+   its msgId (exit 1, naming it, while it stays open: nothing else done).
 3. The collect (`mu.agents.collect`, in life): every commit of the agent is
    on `mu/<workstream>/<name>` before the tree changes.  A recreate is then
    refused (exit 2) when that branch holds a commit the new base does not:
@@ -27,15 +30,27 @@ next one's effect:
    the base as it is.  Only then is the tree moved (`git reset --hard`),
    behind a marker in the worktree's git folder that the next refresh
    uses to finish a move a crash cut short.
-6. The row records the new base; the agent is told through a delivery
-   that its base moved (a failed delivery is reported, the refresh stands).
+6. The row records the new base and, in the same transaction, the notice
+   the agent is owed (`trees.owe_notice`: its base moved).  It is told
+   through a delivery (`mu.agents.deliver`, exactly once: the delivery's
+   msgId is written on the row with the delivery's intent, before the
+   call) and the notice is cleared once that delivery is accepted.  A
+   failed delivery is reported, the refresh stands, and the notice stays
+   owed: `mu state` and `mu doctor` name it, and the next refresh (or
+   recreate) of the agent that gets this far tells it, even with nothing
+   else to do (one delivery, with this refresh's own notice when it has
+   one).  The agent is told after the tree's work, never before it: told
+   first, it would begin a turn in a tree the refresh is about to move.
 
 So a SIGKILL at any step leaves the tree as it was or as the refresh makes
-it, the branch as the collect left it, and a row the next refresh settles.
+it, the branch as the collect left it, a row the next refresh settles, and
+an agent told once that its base moved, by this refresh or the next.
 
 Crash points (`MU_CRASH_AT`, `mu.runtime.crashpoints`), narrowed by the
-agent's name: `refresh-collected` (collected, nothing else done) and
-`refresh-switched` (the tree is moved, its row not yet settled).
+agent's name: `refresh-collected` (collected, nothing else done),
+`refresh-switched` (the tree is moved, its row not yet settled) and
+`refresh-recorded` (the move and the notice it owes are recorded, the
+agent not yet told).
 """
 
 from __future__ import annotations
@@ -47,10 +62,10 @@ from mu import git
 from mu.agents import collect, site, split_agent
 from mu.agents.staleness import branch_of as _branch
 from mu.deadline import Deadline
-from mu.errors import MuError, NotFound, Permanent, Refused, UsageError
+from mu.errors import MuError, NotFound, Permanent, Refused, StateError, UnknownOutcome, UsageError
 from mu.runtime import crashpoints
 from mu.seams.link import Link
-from mu.store import agents, db, jobs, locks, trees
+from mu.store import agents, db, deliveries, intents, jobs, locks, trees
 from mu.store.journal import journal
 from mu.store.trees import Tree
 
@@ -141,7 +156,9 @@ class Refreshed(NamedTuple):
     (the tree had no commit of its own: it is now the base), `up-to-date`
     (it held the base already) or `recreated`.  `dropped` lists what a
     `lossy` one dropped (git status lines); `told` is the delivery's msgId
-    that told the agent, or None with `untold` saying why."""
+    that told the agent its base moved (by this refresh, or an earlier one
+    that a crash or a failed delivery left untold), or None with `untold`
+    saying why."""
 
     agent: str
     how: str
@@ -225,8 +242,10 @@ def _settle_script(tree: Tree, target: str) -> str:
     )
 
 
-def _settle(link: Link, tree: Tree, deadline: Deadline) -> str:
-    """Settle a refresh an earlier one left under way; returns what it did."""
+def _settle(link: Link, tree: Tree, deadline: Deadline, alive: bool) -> str:
+    """Settle a refresh an earlier one left under way; returns what it did.
+    When it moved the tree's base, the agent (while its job runs) is owed
+    the notice, recorded with the settled base."""
     target = trees.refresh_target(tree)
     if target is None:
         return ""
@@ -234,6 +253,10 @@ def _settle(link: Link, tree: Tree, deadline: Deadline) -> str:
     finished, landed = lines[0] == "finished", lines[-1] == "landed"
     with db.transaction() as conn:
         trees.settle_refresh(conn, tree.agent or "", landed)
+        if landed and alive and target[0] != tree.from_commit:
+            onto = f"{_branch(target[1])} at {target[0][:12]}" if target[1] else f"commit {target[0][:12]}"
+            trees.owe_notice(conn, tree.agent or "", f"mu: the base of your worktree moved: it now holds {onto}"
+                             " (a refresh that a crash cut short moved it). Read files again before you edit them.")
     said = (("finished a move of the tree an earlier refresh began; " if finished else "")
             + (f"the tree holds {target[0][:12]}" if landed else "the earlier refresh had not moved the tree"))
     journal().record(f"agent {tree.agent}: an earlier refresh settled: {said}")
@@ -294,7 +317,8 @@ def refresh(agent_name: str, onto: Optional[str] = None, lossy: bool = False, fo
         base, base_ref = _target(tree, checkout, onto, deadline)
         alive = _refuse_busy(agent_name, force, verb)
         link = Link(host)
-        settled = _settle(link, tree, deadline)
+        settled = _settle(link, tree, deadline, alive)
+        owed, owed_why = _resolve_owed(agent_name, alive)
         tree = trees.of_agent(agent_name) or tree
         previous_base = tree.from_commit
         got = collect._collect(tree, host, link, deadline, final=False)
@@ -322,13 +346,22 @@ def refresh(agent_name: str, onto: Optional[str] = None, lossy: bool = False, fo
         how, _, head = rest.partition(" ")
         if crashpoints.ARMED:
             crashpoints.reach("refresh-switched", agent_name)
+        dropped = [line for line in lines[1:] if line.strip()]
+        moved = _notice(how, base, base_ref, head, dropped)
+        notice = moved if alive else None
         with db.transaction() as conn:
             trees.settle_refresh(conn, agent_name, landed=True)
-        dropped = [line for line in lines[1:] if line.strip()]
+            if notice is not None:
+                trees.owe_notice(conn, agent_name, notice)
         journal().record(f"agent {verb} {agent_name}: {how} onto {base[:12]}"
                          f"{f' ({_branch(base_ref)})' if base_ref else ''}, HEAD {head[:12]}"
                          f"{f'; dropped {len(dropped)} uncommitted change(s)' if dropped else ''}", plugin=host.plugin)
-        told, untold = _tell(agent_name, alive, how, base, base_ref, head, dropped)
+        if crashpoints.ARMED:
+            crashpoints.reach("refresh-recorded", agent_name)
+        told, untold = _tell_owed(agent_name) if alive else (None, None)
+        if told is None and untold is None:
+            told, untold = owed, (None if owed else owed_why or ("nothing moved" if moved is None
+                                                                 else "its job is over"))
     return Refreshed(agent_name, how, _branch(base_ref), base, previous_base, head, got, dropped, told, untold,
                      settled)
 
@@ -357,27 +390,94 @@ def _refusal(agent_name: str, verb: str, status: str, rest: str, lines: List[str
     return Permanent(f"the {verb} of {agent_name}'s worktree said {status!r}: nothing was changed")
 
 
-def _tell(agent_name: str, alive: bool, how: str, base: str, base_ref: Optional[str], head: str,
-          dropped: List[str]) -> Tuple[Optional[str], Optional[str]]:
-    """Tell the agent, through a delivery, that its base moved.  The agent's
-    lock is held (the refresh's).  Returns (msgId, None) or (None, why)."""
+def _notice(how: str, base: str, base_ref: Optional[str], head: str, dropped: List[str]) -> Optional[str]:
+    """The text that tells the agent its base moved, or None when nothing moved."""
     if how == "up-to-date" and not dropped:
-        return None, "nothing moved"
-    if not alive:
-        return None, "its job is over"
-    from mu.agents import deliver
-
+        return None
     onto = f"{_branch(base_ref)} at {base[:12]}" if base_ref else f"commit {base[:12]}"
     what = {"merged": f"{onto} was merged into it (HEAD {head[:12]})",
             "fast-forward": f"it now stands on {onto}",
             "up-to-date": f"it already held {onto}",
             "recreated": f"it was made afresh from {onto}, in the same folder"}[how]
-    text = (f"mu: the base of your worktree moved: {what}."
+    return (f"mu: the base of your worktree moved: {what}."
             + (f" Uncommitted changes were dropped: {', '.join(dropped[:10])}." if dropped else "")
             + " Read files again before you edit them.")
+
+
+def _resolve_owed(agent_name: str, alive: bool) -> Tuple[Optional[str], Optional[str]]:
+    """Before the tree is touched: the delivery an earlier refresh wrote
+    for the notice the agent is owed, resolved by its msgId.  Returns
+    (that msgId, None) when it was accepted (the notice is then cleared),
+    (None, why) when the notice is dropped, else (None, None).
+
+    Never sent anew while its outcome is open: an open one is resolved by
+    its rule (`deliver.check`), and while it stays open the refresh stops
+    (`UnknownOutcome`, exit 1, naming the msgId), nothing else done, as
+    any delivery stops behind an earlier unresolved one.  One that nothing
+    mu can ask would resolve is left to a person (`mu state` lists it) and
+    the notice is dropped with it; so is the notice of an agent whose job
+    is over: there is no one left to tell.  One definitely not delivered
+    leaves the notice owed, to be sent again (`_tell_owed`)."""
+    from mu.agents import deliver
+
+    tree = trees.of_agent(agent_name)
+    if tree is None or tree.notice is None:
+        return None, None
+    if not alive:
+        return None, _forget_notice(agent_name, "its job is over")
+    sent = tree.notice_msg
+    if not sent:
+        return None, None
+    row = deliveries.find(sent)
+    state = row.state if row is not None else None
+    if row is not None and state in ("sending", "unknown"):
+        if intents.pending(row.subject) is None:
+            return None, _forget_notice(agent_name, f"the outcome of delivery {sent} that carries the notice is"
+                                        " left to a person (`mu state` lists it)")
+        try:
+            state = deliver.check(agent_name, sent, lock_held=True).state
+        except UnknownOutcome as e:
+            raise UnknownOutcome(f"{agent_name} is owed the notice that its base moved, and the outcome of delivery"
+                                 f" {sent} that carries it is open: {e.message}", e.hint, key=sent,
+                                 detail=e.detail) from None
+    with db.transaction() as conn:
+        if state == "accepted":
+            trees.clear_notice(conn, agent_name, sent)
+        else:  # definitely not delivered (refused, or closed with its agent): owed still, sent again
+            trees.notice_sent(conn, agent_name, None)
+    if state == "accepted":
+        journal().record(f"agent {agent_name}: delivery {sent} told it its base moved")
+        return sent, None
+    return None, None
+
+
+def _tell_owed(agent_name: str) -> Tuple[Optional[str], Optional[str]]:
+    """Tell the agent the notice its tree's row says it is owed, exactly
+    once, through a delivery whose msgId is written on the row with the
+    delivery's intent; the agent's lock is held (the refresh's).  Returns
+    (msgId, None) once it is accepted (the notice is then cleared), or
+    (None, why) when it is not: the notice stays owed, and the next
+    refresh resolves that delivery (`_resolve_owed`) or sends it again."""
+    from mu.agents import deliver
+
+    tree = trees.of_agent(agent_name)
+    if tree is None or tree.notice is None:
+        return None, None
     try:
-        done = deliver.send(agent_name, text, lock_held=True)
+        done = deliver.send(agent_name, tree.notice, lock_held=True,
+                            on_write=lambda conn, msg_id: trees.notice_sent(conn, agent_name, msg_id))
+    except StateError:
+        raise
     except MuError as e:
-        journal().record(f"agent {agent_name}: could not be told its base moved: {e.message}")
+        journal().record(f"agent {agent_name}: not told its base moved, which it is still owed: {e.message}")
         return None, e.message
-    return getattr(done, "msg_id", None), None
+    with db.transaction() as conn:
+        trees.clear_notice(conn, agent_name, done.msg_id)
+    return done.msg_id, None
+
+
+def _forget_notice(agent_name: str, why: str) -> str:
+    with db.transaction() as conn:
+        trees.clear_notice(conn, agent_name, None)
+    journal().record(f"agent {agent_name}: the notice that its base moved is not delivered: {why}")
+    return why

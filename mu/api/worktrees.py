@@ -42,7 +42,7 @@ class RefreshResult:
     head: str  # the tree's HEAD after
     collected: CollectResult  # the collect that ran first
     dropped: List[str]  # what `lossy` dropped, as git status lines
-    told: Optional[str]  # the msgId of the delivery that told the agent, or None
+    told: Optional[str]  # the msgId that told the agent its base moved (now, or as an earlier refresh owed), or None
     untold: Optional[str]  # why the agent was not told, or None
     settled: str  # what settling a refresh an earlier one left under way did, "" when none was
 
@@ -80,7 +80,11 @@ def agent_refresh(agent: str, onto: Optional[str] = None, lossy: bool = False, f
     drops it and says what it dropped), a busy, blocked or unreadable
     agent (unless `force`), a tree that follows no branch and no `onto`;
     `UsageError` (2) for an `onto` that names no commit;
-    `RefreshConflict` (5) when the merge conflicts, the tree left as it was."""
+    `RefreshConflict` (5) when the merge conflicts, the tree left as it was;
+    `UnknownOutcome` (1), nothing else done, while the outcome of the
+    delivery carrying the notice an earlier refresh owes the agent (its
+    base moved) stays open.  An owed notice is told even when the tree has
+    nothing else to do (`told`)."""
     from mu.agents import waves
 
     text.check_given(onto, "--onto")

@@ -33,7 +33,7 @@ def run(verb: str, args: Dict[str, Any]) -> int:
              + ", ".join(done.dropped))
     if done.told:
         emit(f"told {done.agent} its base moved: {done.told}")
-    elif done.untold and done.how != "up-to-date":
+    elif done.untold and done.untold != "nothing moved":
         emit(f"{done.agent} was not told its base moved: {done.untold}")
     return 0
 

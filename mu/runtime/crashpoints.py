@@ -23,7 +23,8 @@ and asked nothing yet; the subject is the delivery's method);
 subject is the verb: add, block, unblock, claim, note, close, release,
 reject, defer);
 `collect-checked` and `final-collected` (see `mu.agents.collect`; the
-subject is the agent); `refresh-collected` and `refresh-switched` (see
+subject is the agent); `refresh-collected`, `refresh-switched` and
+`refresh-recorded` (see
 `mu.agents.waves`; the agent); `undo-chosen` (an undo of the newest group
 has read which it is, nothing written) and `undo-written` (an undo's
 writes are made, not yet committed), the group undone; `backup-copied` (see

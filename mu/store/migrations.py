@@ -346,6 +346,16 @@ MIGRATIONS: list[str] = [
         idle_since  INTEGER             -- epoch ms: idle since then, as the last look found it
     );
     """,
+    # 15: the notice a refresh owes its agent (mu agent refresh, recreate).
+    # Set in the transaction that records the tree's move, so a crash
+    # between the move and the delivery that tells the agent leaves it
+    # owed; the msgId of the delivery that carries it is written in the
+    # transaction that writes the delivery's intent, and both are cleared
+    # once that delivery is accepted (mu.agents.waves).
+    """
+    ALTER TABLE trees ADD COLUMN notice TEXT;       -- "your base moved", owed to the agent until accepted
+    ALTER TABLE trees ADD COLUMN notice_msg TEXT;   -- the msgId of the delivery carrying it, once written
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

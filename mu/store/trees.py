@@ -13,6 +13,10 @@ after the job and the agent rows went; once that collect is done the row
 forgets the job (`record_collected`), so a removal cut short later is
 only a removal.  A row is written before its tree
 is made, so a tree whose making a crash cut short is always known.
+
+A refresh that moved the tree leaves the notice it owes its agent on the
+row (`notice`, and `notice_msg` once a delivery carries it) until that
+delivery is accepted (mu.agents.waves).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class Tree(NamedTuple):
     job: Optional[str] = None  # the job started in it: it owes its final collect
     base_ref: Optional[str] = None  # the checkout's branch it follows (refs/heads/...), None when none
     refresh_to: Optional[str] = None  # "<commit> [<branch>]": a refresh or recreate under way brings it there
+    notice: Optional[str] = None  # the text telling the agent its base moved, owed until a delivery of it is accepted
+    notice_msg: Optional[str] = None  # the msgId of the delivery carrying `notice`, once its row is written
 
     @property
     def owes_collect(self) -> bool:
@@ -42,7 +48,7 @@ class Tree(NamedTuple):
 
 def _tree(row: sqlite3.Row) -> Tree:
     return Tree(row["host"], row["path"], row["identity"], row["from_commit"], bool(row["gone"]), row["agent"],
-                row["checkout"], row["job"], row["base_ref"], row["refresh_to"])
+                row["checkout"], row["job"], row["base_ref"], row["refresh_to"], row["notice"], row["notice_msg"])
 
 
 def insert(conn: sqlite3.Connection, host: str, path: str, identity: str, from_commit: str,
@@ -103,6 +109,41 @@ def settle_refresh(conn: sqlite3.Connection, agent: str, landed: bool) -> None:
                      " WHERE agent = ?", (commit, ref, agent))
     else:
         conn.execute("UPDATE trees SET refresh_to = NULL WHERE agent = ?", (agent,))
+
+
+def owe_notice(conn: sqlite3.Connection, agent: str, text: str) -> None:
+    """`agent` is owed `text` (its base moved), written in the transaction
+    that records the move.  A notice still owed (none of it delivered: one
+    whose delivery's outcome is open stops the refresh before it moves
+    anything) is kept before the new one: both moves are told, in one
+    delivery."""
+    conn.execute("UPDATE trees SET notice = CASE WHEN notice IS NOT NULL THEN notice || char(10) || ? ELSE ? END,"
+                 " notice_msg = NULL WHERE agent = ?", (text, text, agent))
+
+
+def notice_sent(conn: sqlite3.Connection, agent: str, msg_id: Optional[str]) -> None:
+    """The owed notice is carried by delivery `msg_id`: written in the
+    transaction that writes that delivery's row and intent, so a crash
+    after it leaves the msgId to resolve, never a second delivery.  None:
+    that delivery was definitely not made, the notice is owed still."""
+    conn.execute("UPDATE trees SET notice_msg = ? WHERE agent = ? AND notice IS NOT NULL", (msg_id, agent))
+
+
+def clear_notice(conn: sqlite3.Connection, agent: str, msg_id: Optional[str]) -> None:
+    """The owed notice is told (delivery `msg_id` was accepted), or there
+    is no one left to tell (`msg_id` None: the agent's job is over)."""
+    if msg_id is None:
+        conn.execute("UPDATE trees SET notice = NULL, notice_msg = NULL WHERE agent = ?", (agent,))
+    else:
+        conn.execute("UPDATE trees SET notice = NULL, notice_msg = NULL WHERE agent = ? AND notice_msg = ?",
+                     (agent, msg_id))
+
+
+def owing_notice() -> List[Tree]:
+    """Every tree whose agent is owed the notice that its base moved."""
+    with db.reading() as conn:
+        return [_tree(r) for r in conn.execute("SELECT * FROM trees WHERE notice IS NOT NULL AND gone = 0"
+                                              " ORDER BY agent")]
 
 
 def mark_gone(conn: sqlite3.Connection, host: str, path: str) -> None:
