@@ -106,30 +106,47 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
         assert bridge.wait_runs(1)["lastText"] == "STUB: first"
         first_session = bridge.turn()["session"]
 
-        # unread: suspended, then killed with the message in its pipe
+        def past(inc: int, runs: int) -> dict:
+            """The record once idle past (inc, runs): a restart that loaded the
+            session keeps its incarnation, one that could not begins the next."""
+            wait_for(lambda: bridge.turn()["state"] == "idle" and bridge.turn()["turn"] is None
+                     and (bridge.turn()["incarnation"], bridge.turn()["runs"]) > (inc, runs), 90, f"past {inc}.{runs}")
+            return bridge.turn()
+
+        # unread: suspended, then killed with the message in its pipe: given again, once
         bridge.kill_with_unread("m-2", "second while stopped")
-        turn = bridge.wait_runs(1, 90)  # the new incarnation's first turn is the message it never had
-        wait_for(lambda: bridge.turn()["incarnation"] == 2 and bridge.turn()["runs"] == 1, 60, "the new session")
-        turn = bridge.turn()
+        turn = past(1, 1)
+        if turn["incarnation"] == 1:  # the session loaded: the message is its turn 2
+            assert turn["runs"] == 2 and turn["session"] == first_session, turn
+        else:  # a new session, whose first turn is the message it never had
+            assert (turn["incarnation"], turn["runs"]) == (2, 1) and turn["session"] != first_session, turn
         assert turn["lastText"] == "STUB: second while stopped" and "lastError" not in turn, turn
-        assert turn["session"] != first_session
         assert at_the_model(gemini_env, "second while stopped") == 1
 
-        # had: killed while the model is slow to answer
+        # had: killed while the model is slow to answer: the turn settles with the exit, never given again
+        inc, runs = turn["incarnation"], turn["runs"]
         bridge.deliver("m-3", "STUB_SLOW third")
         wait_for(lambda: gemini_env.seen("STUB_SLOW third"), 20, "the slow turn at the model")
+        started = bridge.log.read_text().count("mu-bridge: gemini session ")
         for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
             process.kill()
-        wait_for(lambda: bridge.turn()["incarnation"] == 3, 60, "the next session")
-        assert bridge.turn()["state"] == "idle" and bridge.turn()["runs"] == 0
-        third = json.loads((bridge.folder / "turns" / "2-2.json").read_text())
+        wait_for(lambda: bridge.log.read_text().count("mu-bridge: gemini session ") > started, 90, "the next start")
+        # its session loaded, or (the pane says so before the start) a new incarnation began
+        if f"mu-bridge: incarnation {inc + 1} (" in bridge.log.read_text():
+            inc, runs = inc + 1, -1
+        wait_for(lambda: (bridge.turn()["incarnation"], bridge.turn()["state"]) == (inc, "idle"), 30, "the restart")
+        third = json.loads((bridge.folder / "turns" / f"{turn['incarnation']}-{turn['runs'] + 1}.json").read_text())
         assert third["lastError"] == "the harness exited (-9)", third
+        assert bridge.turn()["runs"] == runs + 1, bridge.turn()
+        runs += 1
         bridge.deliver("m-4", "fourth")
-        turn = bridge.wait_runs(1)
-        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", 3)
+        turn = bridge.wait_runs(runs + 1)
+        assert (turn["lastText"], turn["incarnation"]) == ("STUB: fourth", inc)
         assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW third" in json.dumps(r["body"])) == 1
 
-        # the bridge killed with Gemini mid-turn: its next start finds the message in the lost session's transcript
+        # the bridge killed with Gemini mid-turn: its next start finds the message in the session's replay, or in
+        # the lost session's transcript
+        runs = turn["runs"]
         bridge.deliver("m-5", "STUB_SLOW fifth")
         wait_for(lambda: gemini_env.seen("STUB_SLOW fifth"), 20, "the slow turn at the model")
         tree = [bridge.harness()] + bridge.harness().children(recursive=True)
@@ -139,12 +156,12 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
             process.kill()
         bridge.start()
         turn = bridge.turn()
-        fifth = json.loads((bridge.folder / "turns" / "3-2.json").read_text())
-        if turn["incarnation"] == 3:  # its session loaded this time (a session it had saved): its replay is the receipt
-            assert (turn["runs"], turn["state"]) == (2, "idle"), turn
+        fifth = json.loads((bridge.folder / "turns" / f"{inc}-{runs + 1}.json").read_text())
+        if turn["incarnation"] == inc:  # its session loaded (a session it had saved): its replay is the receipt
+            assert (turn["runs"], turn["state"]) == (runs + 1, "idle"), turn
             assert fifth["lastError"] == "the bridge restarted during the turn", fifth
         else:  # the load failed: a new session, and the transcript is the receipt
-            assert (turn["incarnation"], turn["runs"], turn["state"]) == (4, 0, "idle"), turn
+            assert (turn["incarnation"], turn["runs"], turn["state"]) == (inc + 1, 0, "idle"), turn
             assert fifth["lastError"] == "the bridge restarted during the turn, and its session was lost", fifth
         assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW fifth" in json.dumps(r["body"])) == 1
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 6))
