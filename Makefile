@@ -23,7 +23,7 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	sh tests/harnesses/install.sh  # the pinned coding agents, cached outside the checkout (tests/harness_fixture.py)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ruff check mu tests bench examples/mu-plugin-hello examples/mu-plugin-local examples/mu-demo-agent tests/hostile/mu-plugin-*
-	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
+	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=25
 
 # The docs (their examples run), the first hour, the command line, the
 # unit tests: what a change to the CLI, the docs or a leaf module breaks
