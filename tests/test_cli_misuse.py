@@ -33,6 +33,9 @@ from mu.cli.misuse import closest, explain
     (["version", "--json"], "`mu version` takes no word: '--json' is one too many", "`mu help version`"),
     (["host", "lst"], "'lst' is not a `mu host` command (did you mean list?)",
      "the commands: add, acquire, status, release, list, rm, settle, check, exec (`mu help host`)"),
+    (["completion"], "`mu completion` needs a command: bash, zsh, fish, words", "`mu help completion` prints its usage"),
+    (["db"], "`mu db` needs a command: backup", "`mu help db` prints its usage"),
+    (["send", "--", "ws/e"], "`mu send` takes <agent> before --", "as in `mu send <agent> -- <text>`"),
 ])
 def test_a_refused_line_names_what_was_wrong(isolated, argv, error, remedy):
     out = run_mu(*argv)

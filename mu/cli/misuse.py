@@ -90,7 +90,7 @@ def _against_the_lines(doc: str, verb: str, commands: List[str], words: List[str
     command = f"mu {verb}"
     if commands:
         if not words:
-            return None
+            return f"`{command}` needs a command: {', '.join(commands)}", f"`mu help {verb}` prints its usage"
         lines = [line[1:] for line in lines if line and line[0] == words[0]]
         command, words = f"{command} {words[0]}", words[1:]
     if not lines:

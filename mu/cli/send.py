@@ -37,6 +37,10 @@ VERBS = ("send", "command", "interrupt", "abort", "answer")
 
 def run(args: Dict[str, Any]) -> int:
     agent = args["<agent>"]
+    if agent == "--":  # docopt takes a -- typed first for the agent's name
+        verb = next(v for v in ("send", "command", "interrupt", "abort", "answer") if args[v])
+        after = {"answer": "<key>", "command": "<name>", "abort": ""}.get(verb, "<text>")
+        raise UsageError(f"`mu {verb}` takes <agent> before --", f"as in `mu {verb} <agent> -- {after}`".replace(" -- `", "`"))
     if args["send"]:
         text = text_or_stdin(args["<text>"], "<text>", agent)
         done = delivery_api.send(agent, text, steer=bool(args["--steer"]), fresh=bool(args["--fresh"]), force=bool(args["--force"]))
