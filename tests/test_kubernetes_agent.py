@@ -17,7 +17,7 @@ import psutil
 import pytest
 from agent_commands import ready
 from conftest import run_mu
-from kube_fixture import kube_cluster, kube_ns  # noqa: F401  (the fixtures)
+from kube_fixture import Cluster, kube_cluster, kube_ns  # noqa: F401  (the fixtures)
 from test_site import git, make_checkout
 
 from mu.plugins.shellhost.shipped import build_bridge_zipapp
@@ -233,3 +233,33 @@ def test_a_pod_deleted_behind_mus_back_reads_lost_and_its_agent_dead(registered,
     assert mu("agent", "close", "w/a").returncode == 0
     assert mu("agent", "close", "w/b").returncode == 0
     assert mu("host", "release", "box").returncode == 0
+
+
+def test_a_pod_put_in_another_namespace_by_its_param_is_found_after_a_crash(registered):
+    """`--param namespace=<ns>` puts the pod there, not in the registered
+    namespace; a crash after its making is found again by the lookup across
+    the namespaces the credentials may list (no second pod), and the
+    release deletes it there."""
+    kube = registered
+    other = Cluster(kube.folder, kube.namespace + "-b")
+    other.kubectl("create", "namespace", other.namespace, "--namespace", "default")
+    try:
+        end = time.monotonic() + 30
+        while other.kubectl("get", "serviceaccount", "default", check=False).returncode != 0:
+            assert time.monotonic() < end, "no default service account in %s" % other.namespace
+            time.sleep(0.1)
+        crashed = acquire(kube, "namespace=" + other.namespace, env={"MU_CRASH_AT": "reply-read:host.acquire"})
+        assert crashed.returncode != 0
+        [pod] = other.pods()
+        assert kube.pods() == []  # in the namespace of its param, not the registered one
+        again = acquire(kube, "namespace=" + other.namespace)
+        assert again.returncode == 0, again.stderr
+        assert other.pods() == [pod] and kube.pods() == []  # found by its label: no second pod
+        ran = mu("host", "exec", "box", "--", "true")
+        assert ran.returncode == 0, ran.stderr
+        assert mu("host", "release", "box").returncode == 0
+        assert other.pods() == []
+    finally:
+        for name in other.pods():
+            other.kubectl("delete", name, "--grace-period=0", "--force", check=False)
+        other.kubectl("delete", "namespace", other.namespace, "--wait=false", check=False)
