@@ -74,15 +74,14 @@ _WHERE = {name: group for group, names in _GROUPS.items() for name in names}
 
 def __getattr__(name: str) -> object:
     group = _WHERE.get(name)
-    if group is None:
-        if name in _GROUPS:  # a group module read as an attribute before anything imported it
-            import importlib
-
-            return importlib.import_module(f"{__name__}.{name}")
+    if group is None and name not in _GROUPS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{group}"), name)
+    # `__import__`, not importlib: the import statement's own path, which
+    # `python -X importtime` reports (tests/test_startup.py reads it)
+    module = __import__(f"{__name__}.{group or name}", fromlist=["_"])
+    if group is None:
+        return module  # a group module read as an attribute before anything imported it
+    value = getattr(module, name)
     globals()[name] = value  # read once: the next read finds it here
     return value
 
