@@ -177,8 +177,9 @@ def test_a_listing_keeps_every_agents_calls_in_flight_together(world):
 # What `mu agent list` over live agents may not load (issue 31, item 4):
 # `dataclasses` (and the `inspect`, `ast` and `dis` it loads), the other
 # verb groups of mu.api, the final collect's machinery, `traceback` (a
-# bug's report) and docopt.  Its work needs the runtime and a plugin.
-NOT_FOR_AGENT_LIST = ("dataclasses", "inspect", "ast", "dis", "tokenize", "traceback", "shutil", "docopt",
+# bug's report), docopt and `hashlib` (a lock's or a digest's: a read that
+# reconciles nothing takes no lock).  Its work needs the runtime and a plugin.
+NOT_FOR_AGENT_LIST = ("dataclasses", "inspect", "ast", "dis", "tokenize", "traceback", "shutil", "docopt", "hashlib",
                       "mu.api.hosts", "mu.api.tasks", "mu.api.collects", "mu.api.deliveries", "mu.logentry",
                       "mu.agents.collect", "mu.seams.link")
 

@@ -16,10 +16,13 @@ import hashlib
 import os
 import shlex
 import sys
-from typing import Any
 
 from mu import sdk
 from mu.plugins.shellhost import remote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start (tests/test_plugin_imports.py)
+    from typing import Any
 
 PROGRAM_MAX = 4 << 20  # at most this many bytes of a program copied for a job
 # Put a program on the host, named by its content.  Arguments: the path
