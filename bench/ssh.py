@@ -9,6 +9,10 @@ connection: none.
 - `mu host exec box -- true` (a whole mu command: start, plugin start and
   handshake, one link.exec, stop) against `ssh box true` through the same
   master.  Target: within 1.5x.
+- The same `mu host exec box -- true` against `mu host exec lbox -- true`
+  on examples/mu-plugin-local, registered beside it: the SSH plugin's
+  part, with mu's own start on both sides.  Target (issue 31): within
+  1.2x.
 - The plugin's own cost per script, on a plugin already running
   (`PluginClient.call("link.exec")`), against the same `ssh box true`.
 - `link.fetch` of a 1,000-commit repository into an empty one, against
@@ -35,6 +39,9 @@ import harness
 from harness import MU, PYTHON, Row, run_s
 
 TARGET_EXEC = 1.5
+# issue 31: `mu host exec` over SSH, a master up, within 1.2x the same
+# verb on the local provider (the SSH plugin adds only its ssh)
+TARGET_OVER_LOCAL = 1.2
 COMMITS = 1000
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests"))
@@ -87,6 +94,11 @@ def body(opts: harness.Options) -> None:
                        timeout=60)
         subprocess.run([PYTHON, MU, "host", "add", "box", "--plugin", "ssh"], check=True, stdout=subprocess.DEVNULL,
                        timeout=60)
+        local = os.path.join(harness.ROOT, "examples", "mu-plugin-local")
+        subprocess.run([PYTHON, MU, "plugin", "add", "local", "--", local, "--root", str(folder / "local-root")],
+                       check=True, stdout=subprocess.DEVNULL, timeout=60)
+        subprocess.run([PYTHON, MU, "host", "acquire", "lbox", "--provider", "local"], check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
         rows = measure(opts, server, config, argv, folder)
         notes = [
             "every side goes through the same ControlMaster, started by the bench and named in the ssh_config",
@@ -126,6 +138,7 @@ def measure(opts: harness.Options, server, config: Path, argv: List[str], folder
     runs = 4 if opts.quick else 30
     ssh_true = ["ssh", "-F", str(config), "box", "true"]
     mu_true = [PYTHON, MU, "host", "exec", "box", "--", "true"]
+    mu_local = [PYTHON, MU, "host", "exec", "lbox", "--", "true"]
     client = PluginClient("ssh", argv)
     call = {"target": {"host": {"name": "box"}}, "script": "true", "cwd": ".", "timeoutMs": 20000}
 
@@ -198,7 +211,8 @@ def measure(opts: harness.Options, server, config: Path, argv: List[str], folder
         return elapsed
 
     try:
-        sides = {"ssh": lambda: run_s(ssh_true), "mu": lambda: run_s(mu_true), "plugin": plugin_exec,
+        sides = {"ssh": lambda: run_s(ssh_true), "mu": lambda: run_s(mu_true), "local": lambda: run_s(mu_local),
+                 "plugin": plugin_exec,
                  "git": git_fetch, "fetch": plugin_fetch, "send": channel_send}
         for side in sides.values():
             side()  # warm: caches, the plugin's first call
@@ -207,12 +221,18 @@ def measure(opts: harness.Options, server, config: Path, argv: List[str], folder
         client.stop()
         subprocess.run([PYTHON, MU, "agent", "close", "w/a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=headless, timeout=120)
+        subprocess.run([PYTHON, MU, "host", "release", "lbox"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60)
     med = {name: harness.median(values) for name, values in measured.items()}  # type: ignore[arg-type]
     commits = COMMITS if not opts.quick else 100
     return [
         Row("ssh box true, same master (floor)", harness.ms(med["ssh"]), harness.ms(med["ssh"]), 1.0),
         Row("mu host exec box -- true", harness.ms(med["mu"]), harness.ms(med["ssh"]), med["mu"] / med["ssh"],
             f"<= {TARGET_EXEC:.1f}x", TARGET_EXEC),
+        Row("mu host exec lbox -- true, local provider (floor)", harness.ms(med["local"]), harness.ms(med["local"]),
+            1.0),
+        Row("mu host exec box -- true against it", harness.ms(med["mu"]), harness.ms(med["local"]),
+            med["mu"] / med["local"], f"<= {TARGET_OVER_LOCAL:.1f}x", TARGET_OVER_LOCAL),
         Row("link.exec true, plugin running", harness.ms(med["plugin"]), harness.ms(med["ssh"]),
             med["plugin"] / med["ssh"]),
         Row(f"git fetch, {commits:,} commits (floor)", harness.ms(med["git"]), harness.ms(med["git"]), 1.0),

@@ -34,9 +34,9 @@ class Lazy:
     def _resolve(self) -> Any:
         target = self._target
         if target is None:
-            import importlib
-
-            target = importlib.import_module(self._module)
+            # `__import__`, not importlib: the import statement's own path,
+            # which `python -X importtime` reports (tests/test_startup.py)
+            target = __import__(self._module, fromlist=["_"])
             if self._attribute is not None:
                 target = getattr(target, self._attribute)
             self._target = target

@@ -2,7 +2,7 @@
 
 `schema_digest()` is what a plugin built against this mu puts in its
 handshake (protocol, "Handshake": `sha256:` and the hex sha256 of the exact
-bytes).  It reads one file and imports only hashlib, so the SDK and every
+bytes).  It reads one file and imports only hashlib (when a digest is asked), so the SDK and every
 verb may call it freely; `jsonschema` is imported only by the validators,
 on first use.
 
@@ -19,7 +19,6 @@ method (`validate_result("host.acquire", r)`) or a reusable piece
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 
 from mu.protocol import conforms
@@ -37,6 +36,8 @@ def schema_bytes() -> bytes:
 @functools.lru_cache(maxsize=None)
 def schema_digest() -> str:
     """``sha256:<hex>`` of `schema_bytes()`."""
+    import hashlib  # here: OpenSSL's start-up, no cost of a verb that checks a reply by its method's table
+
     return "sha256:" + hashlib.sha256(schema_bytes()).hexdigest()
 
 

@@ -101,8 +101,18 @@ def _public_functions():
     return sorted(n for n in api.__all__ if inspect.isfunction(getattr(api, n)))
 
 
+def _is_result(cls) -> bool:
+    """A result type: a frozen dataclass, or a NamedTuple (the agents' results,
+    docs/DECISIONS.md "The agents' results are NamedTuples")."""
+    return is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+
+
+def _field_names(cls) -> set:
+    return {f.name for f in fields(cls)} if is_dataclass(cls) else set(cls._fields)
+
+
 def _result_types():
-    return sorted(n for n in api.__all__ if inspect.isclass(getattr(api, n)) and is_dataclass(getattr(api, n)))
+    return sorted(n for n in api.__all__ if inspect.isclass(getattr(api, n)) and _is_result(getattr(api, n)))
 
 
 def test_the_api_page_has_a_row_for_every_function_as_it_is():
@@ -153,7 +163,7 @@ def test_every_result_field_is_documented_and_every_documented_field_is_one():
     assert sorted(tables) == _result_types()
     for name, rows in tables.items():
         cls = getattr(api, name)
-        attributes = {f.name for f in fields(cls)}
+        attributes = _field_names(cls)
         attributes |= {n for n, v in vars(cls).items() if isinstance(v, property)}
         documented = [attribute for attribute, _ in rows]
         assert len(documented) == len(set(documented)), name
@@ -167,7 +177,7 @@ def test_the_api_page_promises_no_field_that_is_not_there():
     page = PAGE.read_text()
     for type_name, attribute in re.findall(r"`([A-Z][A-Za-z]+)\.([a-z_]+)`", page):
         cls = getattr(api, type_name)
-        assert attribute in {f.name for f in fields(cls)} | set(dir(cls)), f"{type_name}.{attribute}"
+        assert attribute in _field_names(cls) | set(dir(cls)), f"{type_name}.{attribute}"
 
 
 @pytest.fixture

@@ -47,3 +47,22 @@ def test_every_exported_function_is_the_guarded_one():
         assert not isinstance(value, ModuleType), f"{name} is shadowed by a module of the package"
         if isinstance(value, FunctionType):
             assert hasattr(value, "__wrapped__"), f"{name} is not guarded"
+
+
+def test_each_name_is_read_from_its_group_and_importing_the_api_loads_no_group():
+    # mu.api's names are imported from their group on first read (issue 31):
+    # its table names each exported name once, and a bare import loads none
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    assert sorted(n for names in api._GROUPS.values() for n in names) == NAMES
+    for group, names in api._GROUPS.items():
+        for name in names:
+            assert getattr(api, name) is getattr(getattr(api, group), name), name
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport mu.api\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('mu.api.') or m == 'dataclasses')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

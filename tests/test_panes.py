@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import List
 
@@ -274,12 +273,12 @@ def test_a_view_outlives_the_process_that_opened_it(views):
 
 def test_a_reused_pid_is_never_taken_for_the_view(views):
     ref = views.open("ws", "a", "exec sleep 300")
-    stranger = replace(ref, started=ref.started - 1000)  # same pid, another process's start time
+    stranger = ref._replace(started=ref.started - 1000)  # same pid, another process's start time
     assert not alive(stranger)
     views.backend.close(stranger, soon())
     assert alive(ref), "closing a ref whose start time differs must not touch the live view"
 
-    me = replace(ref, pid=os.getpid(), started=1.0)  # a live process that is not the view
+    me = ref._replace(pid=os.getpid(), started=1.0)  # a live process that is not the view
     assert not alive(me)
     views.backend.close(me, soon())  # signals nothing: this test is still running
 

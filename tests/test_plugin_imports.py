@@ -13,7 +13,8 @@ from conftest import ROOT
 CALLS_ONLY = ("typing", "subprocess", "selectors", "shutil", "zipfile", "secrets", "psutil", "filelock", "datetime")
 
 
-@pytest.mark.parametrize("plugin", ["mu.plugins.local.main", "mu.plugins.ssh.main", "mu.plugins.podman.main"])
+@pytest.mark.parametrize("plugin", ["mu.plugins.local.main", "mu.plugins.ssh.main", "mu.plugins.podman.main",
+                                    "mu.plugins.kubernetes.main"])
 def test_a_shipped_plugin_imports_nothing_only_a_call_needs(plugin):
     code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport {plugin}\n"
             f"print(' '.join(m for m in {CALLS_ONLY!r} if m in sys.modules))")

@@ -174,6 +174,30 @@ def test_a_listing_keeps_every_agents_calls_in_flight_together(world):
     assert methods.count("initialize") == 1  # one plugin process for them all
 
 
+# What `mu agent list` over live agents may not load (issue 31, item 4):
+# `dataclasses` (and the `inspect`, `ast` and `dis` it loads), the other
+# verb groups of mu.api, the final collect's machinery, `traceback` (a
+# bug's report), docopt and `hashlib` (a lock's or a digest's: a read that
+# reconciles nothing takes no lock).  Its work needs the runtime and a plugin.
+NOT_FOR_AGENT_LIST = ("dataclasses", "inspect", "ast", "dis", "tokenize", "traceback", "shutil", "docopt", "hashlib",
+                      "mu.api.hosts", "mu.api.tasks", "mu.api.collects", "mu.api.deliveries", "mu.logentry",
+                      "mu.agents.collect", "mu.seams.link")
+
+
+def test_agent_list_over_live_agents_imports_only_what_its_reading_needs(world):
+    from test_startup import imported, loaded
+
+    world.agent("ws/a0")
+    world.turn("ws/a0", "idle", 2, 1, text="done: wrote the file")
+    for args in (("agent", "list"), ("agent", "list", "--json"), ("agent", "show", "ws/a0")):
+        names = imported(*args)
+        assert "mu.runtime.client" in names, args  # it did ask the plugin
+        assert loaded(names, NOT_FOR_AGENT_LIST) == [], args
+    a0 = listed()["ws/a0"]  # and the answer is the reading
+    assert (a0["turn"], a0["runs"], a0["liveness"], a0["lastText"]) == ("idle", 2, "alive", "done: wrote the file")
+
+
+
 @pytest.mark.parametrize("status", [{"state": "ended", "exit": 0}, {"state": "lost", "reason": "oom"}])
 def test_an_ended_or_lost_job_reads_dead_whatever_the_channel_says(world, status):
     world.agent("ws/a", state="busy", runs=4)

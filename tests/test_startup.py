@@ -17,7 +17,7 @@ import sys
 from typing import List, Set
 
 import pytest
-from conftest import MU, run_mu
+from conftest import MU, ROOT, run_mu
 
 # What every command but the two answered at once may load, and those two may not.
 HEAVY = ("typing", "docopt", "jsonschema", "psutil", "yaml", "filelock", "sqlite3", "json", "threading", "signal")
@@ -202,3 +202,57 @@ def test_an_agent_read_spelled_otherwise_still_goes_through_docopt(isolated, arg
         return
     assert out.returncode in (0, 2), out.stderr  # an agent mu does not know is refused as such
     assert "bad usage" not in out.stderr and "Traceback" not in out.stderr
+
+
+# `mu host exec <name> -- <script>` is parsed by hand too (issue 31): a
+# script's hot path.  Any option, or a text that is not UTF-8, goes to docopt.
+EXEC_SPELLINGS = [
+    ("host", "exec", "box", "--", "true"), ("host", "exec", "box", "--", "echo a b"), ("host", "exec", "box", "--", "-"),
+    ("host", "exec", "box", "--", "--"), ("host", "exec", "box", "--", "-x"), ("host", "exec", "box", "--", ""),
+    ("host", "exec", "exec", "--", "--json"),
+]
+EXEC_OTHERWISE = [
+    ("host", "exec", "box", "--cwd", "/tmp", "--", "true"), ("host", "exec", "box", "--timeout", "5", "--", "true"),
+    ("host", "exec", "--cwd", "/tmp", "box", "--", "true"), ("host", "exec", "box", "--", "true\udcff"),
+    ("host", "exec", "box\udcff", "--", "true"),
+]
+EXEC_REFUSED = [
+    ("host", "exec", "box", "true"), ("host", "exec", "box", "--"), ("host", "exec", "--", "true"),
+    ("host", "exec", "box", "--", "a", "b"), ("host", "exec", "-x", "--", "true"),
+]
+
+
+@pytest.mark.parametrize("argv", EXEC_SPELLINGS + EXEC_OTHERWISE + EXEC_REFUSED)
+def test_host_exec_parsed_by_hand_is_what_docopt_makes_of_it(argv):
+    from docopt import DocoptExit, docopt
+
+    from mu.cli import main
+
+    try:
+        answer = docopt(main.group_module("host").__doc__, argv=list(argv), default_help=False)
+    except DocoptExit:
+        answer = None
+    hand = main.hand_parsed(list(argv))
+    if argv in EXEC_OTHERWISE + EXEC_REFUSED:
+        assert hand is None, argv
+        assert (answer is None) == (argv in EXEC_REFUSED), argv
+        return
+    assert answer is not None and hand is not None, argv
+    args, calls = hand
+    assert calls  # it calls the host's plugin: the supervisor's signal handling stays
+    assert {key: answer[key] for key in args} == args, argv
+    assert not any(value for key, value in answer.items() if key not in args), argv
+
+
+def test_host_exec_loads_no_docopt_nor_the_results_of_other_groups(isolated, tmp_path):
+    local = ROOT / "examples" / "mu-plugin-local"
+    assert run_mu("plugin", "add", "local", "--", str(local), "--root", str(tmp_path / "root")).returncode == 0
+    assert run_mu("host", "acquire", "box", "--provider", "local").returncode == 0
+    try:
+        names = imported("host", "exec", "box", "--", "true")
+        assert "mu.seams.link" in names  # it ran the script through the link
+        assert loaded(names, ("docopt", "dataclasses", "inspect", "mu.api.agents", "mu.agents", "traceback")) == []
+        out = run_mu("host", "exec", "box", "--", "echo hi; exit 3")
+        assert (out.returncode, out.stdout) == (3, "hi\n")
+    finally:
+        assert run_mu("host", "release", "box").returncode == 0

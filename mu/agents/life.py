@@ -50,7 +50,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu import panes
-from mu.agents import collect, hosting, jobseam, readings, split_agent
+from mu.agents import hosting, jobseam, readings, split_agent
 from mu.agents.hosting import Host
 from mu.agents.readings import Clients
 from mu.deadline import Deadline
@@ -432,6 +432,8 @@ def _final(agent_name: str, resolved: str, stopped: bool, client: Optional[Plugi
     tree = trees.of_agent(agent_name)
     if tree is None:
         return Closed(agent_name, resolved, stopped)
+    from mu.agents import collect  # here: a read never collects, and collect loads the link's seams
+
     done = collect.final(tree, client=client)
     return Closed(agent_name, resolved, stopped, done.collected, done.lost)
 

@@ -6,18 +6,22 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu import environment, text
 from mu.api._shared import _plugins_stopped, guard
-from mu.api.collects import CollectResult
-from mu.api.deliveries import DeliveryResult
 from mu.errors import UsageError
 from mu.lazy import Lazy
 
-# Imported when a function first uses them (mu.lazy).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mu.api.collects import CollectResult
+
+# Imported when a function first uses them (mu.lazy).  The results here
+# are NamedTuples, not dataclasses: `dataclasses` loads `inspect`, `ast`
+# and `dis`, a fifth of what `mu agent list` imported (docs/DECISIONS.md,
+# "The agents' results are NamedTuples").  The results of other groups
+# these name are imported where they are built.
 life = Lazy("mu.agents.life")
 readings = Lazy("mu.agents.readings")
 spawning = Lazy("mu.agents.spawn")
@@ -31,8 +35,7 @@ __all__ = [
 # -- agents -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AgentInfo:
+class AgentInfo(NamedTuple):
     """One agent as `mu agent list` and `mu agent show` see it.  `state` is
     the job's liveness from `job.status` (`running`, `ended`, `lost`,
     `unknown`), never inferred from the pane."""
@@ -93,8 +96,8 @@ def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> A
     if reading is None:
         return info
     turn = reading.turn
-    return dataclasses.replace(info, liveness=reading.liveness, turn=turn.state, turn_reason=turn.reason or turn.pending,
-                               runs=turn.runs, incarnation=turn.incarnation, last_text=reading.last_text)
+    return info._replace(liveness=reading.liveness, turn=turn.state, turn_reason=turn.reason or turn.pending,
+                         runs=turn.runs, incarnation=turn.incarnation, last_text=reading.last_text)
 
 
 def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
@@ -110,14 +113,13 @@ def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
         seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
         reading = life.as_reconciled(reading, seen)
         tree = stale.get(a.agent)
-        found.append(dataclasses.replace(_info(seen, reading), reconciled=seen.reconciled or None,
-                                         base_branch=tree.branch if tree else None,
-                                         behind=tree.behind if tree else None))
+        found.append(_info(seen, reading)._replace(reconciled=seen.reconciled or None,
+                                                   base_branch=tree.branch if tree else None,
+                                                   behind=tree.behind if tree else None))
     return found
 
 
-@dataclass(frozen=True)
-class SpawnResult:
+class SpawnResult(NamedTuple):
     agent: AgentInfo
     key: str  # the job.start effect key
     resolved: str  # how an earlier spawn of the name resolved, "" when there was none
@@ -127,6 +129,8 @@ class SpawnResult:
 
     def as_json(self) -> Dict[str, Any]:
         # the first delivery's document is the one `mu send --json` prints for a delivery
+        from mu.api.deliveries import DeliveryResult
+
         first = None if self.first_delivery is None else DeliveryResult(**self.first_delivery).as_json()
         return {"agent": self.agent.as_json(), "key": self.key, "resolved": self.resolved or None,
                 "baseline": self.baseline, "firstMsgId": self.first_msg_id, "firstDelivery": first}
@@ -183,8 +187,7 @@ def agent_show(agent: str) -> AgentInfo:
         return _read([life.get(agent)])[0]
 
 
-@dataclass(frozen=True)
-class ReadResult:
+class ReadResult(NamedTuple):
     """What `mu agent read` shows: the pane's last lines and the channel's
     last text (None when the agent's channel has none)."""
 
@@ -207,13 +210,12 @@ def agent_read(agent: str, lines: int = 40) -> ReadResult:
     with _plugins_stopped():
         done = life.read(agent, lines)
     # the turn and the runs as `agent_show` reads them: one reading, one report
-    info = dataclasses.replace(_info(done.seen, done.reading), last_text=done.last_text,
-                               reconciled=done.seen.reconciled or None)
+    info = _info(done.seen, done.reading)._replace(last_text=done.last_text,
+                                                   reconciled=done.seen.reconciled or None)
     return ReadResult(info, lines, done.output, done.last_text)
 
 
-@dataclass(frozen=True)
-class ReattachResult:
+class ReattachResult(NamedTuple):
     agent: AgentInfo  # with its new pane
     replaced: bool  # whether an earlier view was still alive (it was closed once the new one ran)
 
@@ -233,8 +235,7 @@ def agent_reattach(agent: str) -> ReattachResult:
     return ReattachResult(_info(done.seen), done.replaced)
 
 
-@dataclass(frozen=True)
-class CloseResult:
+class CloseResult(NamedTuple):
     agent: str
     resolved: str  # how a leftover effect resolved first, "" when there was none
     stopped: bool  # whether this close sent job.stop
@@ -252,6 +253,8 @@ def agent_close(agent: str) -> CloseResult:
     environment.effect_timeout_ms()
     with _plugins_stopped():
         closed = life.close(agent)
+    from mu.api.collects import CollectResult
+
     got = CollectResult(*closed.collected) if closed.collected is not None else None
     return CloseResult(closed.agent, closed.resolved, closed.stopped, got, closed.lost)
 

@@ -7,13 +7,15 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 from mu import environment
 from mu.api._shared import _plugins_stopped, guard
-from mu.api.agents import CloseResult, agent_close
 from mu.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mu.api.agents import CloseResult
 
 __all__ = [
     "ReleaseResult", "host_release", "HostCheckStep", "HostCheckResult", "host_check", "ProviderHostInfo",
@@ -23,9 +25,12 @@ __all__ = [
 
 # -- hosts --------------------------------------------------------------------------
 
+# The results here are NamedTuples, not dataclasses, as the agents' are:
+# `mu host exec` is a script's hot path, and `dataclasses` loads `inspect`
+# (docs/DECISIONS.md, "The hot paths' results are NamedTuples").
 
-@dataclass(frozen=True)
-class ReleaseResult:
+
+class ReleaseResult(NamedTuple):
     host: str
     done: str  # "released", "already released", ...
     closed: List[CloseResult]  # the agents `force` closed first
@@ -39,6 +44,7 @@ def host_release(name: str, force: bool = False) -> ReleaseResult:
     release is refused (`Refused`, exit 2, naming them); `force` closes
     each first, through the same close as `agent_close`, and stops at the
     first close that fails (its error is raised, the host is kept)."""
+    from mu.api.agents import agent_close
     from mu.seams import host as host_seam
 
     environment.effect_timeout_ms()
@@ -55,8 +61,7 @@ def host_release(name: str, force: bool = False) -> ReleaseResult:
 # -- mu host check ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HostCheckStep:
+class HostCheckStep(NamedTuple):
     """One step of a host check: `step` is `mu:<step>`, `<plugin>:<step>`
     or `handback`; `result` is `ok`, `fail`, `warn`, `skip` or `handback`."""
 
@@ -69,8 +74,7 @@ class HostCheckStep:
         return {"phase": self.phase, "step": self.step, "result": self.result, "detail": self.detail}
 
 
-@dataclass(frozen=True)
-class HostCheckResult:
+class HostCheckResult(NamedTuple):
     """`mu host check <name>`: the steps in the order they ran.  `handback`
     is what a person must do when a step handed the host back (the check
     stopped there), else None.  `exit_code` is the code the command line
@@ -120,8 +124,7 @@ def host_check(name: str, phases: Optional[List[str]] = None) -> HostCheckResult
 # -- hosts (mu host add, acquire, status, list, rm, settle, exec) ---------------------
 
 
-@dataclass(frozen=True)
-class ProviderHostInfo:
+class ProviderHostInfo(NamedTuple):
     """A host acquired from a provider, as `mu host list --json` shows it.
     `state` is as reads show it: `ready` inside the deadline margin reads
     `draining`."""
@@ -150,8 +153,7 @@ class ProviderHostInfo:
                 "acquiredAt": self.acquired_at}
 
 
-@dataclass(frozen=True)
-class ProfileInfo:
+class ProfileInfo(NamedTuple):
     """A host reached through a plugin's link (`mu host add`), as `mu host
     list --json` shows it."""
 
@@ -186,8 +188,7 @@ def _host_info(host: Any) -> HostInfo:
                             doc["idleReclaimMs"], doc["maxJobs"], doc["acquiredAt"])
 
 
-@dataclass(frozen=True)
-class HostAddResult:
+class HostAddResult(NamedTuple):
     """`mu host add`: the profile, and whether its plugin declares a job
     seam (without one, no agent can spawn on the host)."""
 
@@ -218,8 +219,7 @@ def host_add(name: str, plugin: str, fetch: Optional[str] = None, repo: Optional
     return HostAddResult(info, "job" in plugins.get(plugin).seams)
 
 
-@dataclass(frozen=True)
-class AcquireResult:
+class AcquireResult(NamedTuple):
     """`mu host acquire`: the host as recorded, and how an earlier acquire
     of the name resolved first ("" when there was none)."""
 
@@ -273,8 +273,7 @@ def _record_idle(name: str, idle_ms: Optional[int]) -> None:
         limits.set_limit(conn, name, idle_ms)
 
 
-@dataclass(frozen=True)
-class HostStatusResult:
+class HostStatusResult(NamedTuple):
     """`mu host status`: the provider's answer (`status`: `up`, `gone`, or
     a state mu settled without asking: `acquiring`, `released`, `lost`),
     its detail, and the host as recorded after it (facts patched, or
@@ -323,8 +322,7 @@ def host_rm(name: str) -> HostInfo:
     return _host_info(host_seam.remove(name))
 
 
-@dataclass(frozen=True)
-class SettleResult:
+class SettleResult(NamedTuple):
     """`mu host settle`: the host's state after what a person found:
     `lost` (the provider holds no such host) or `needs-human` (it does,
     and mu cannot reach it)."""
@@ -346,8 +344,7 @@ def host_settle(name: str, key: str, exists: bool) -> SettleResult:
     return SettleResult(name, host_seam.settle(name, key, exists=bool(exists)))
 
 
-@dataclass(frozen=True)
-class ExecResult:
+class ExecResult(NamedTuple):
     """`mu host exec`: the script's exit status (None when it ran out its
     timeout: `timed_out` says what the host did about it), its output, and
     whether the host cut the output (`partial`)."""

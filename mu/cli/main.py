@@ -191,6 +191,21 @@ def _plain_word(word: str) -> bool:
     return True
 
 
+def _host_exec(argv: List[str]) -> Optional[Dict[str, object]]:
+    """docopt's answer for `mu host exec <name> -- <script>` spelled so,
+    with no option (a script's hot path: issue 31), or None for any other
+    command line.  After `--` the script is whatever word follows, as
+    docopt takes it; a name or a script that is not valid UTF-8 goes
+    through docopt's path, where every text is checked."""
+    if len(argv) != 5 or argv[1] != "exec" or argv[3] != "--" or not _plain_word(argv[2]):
+        return None
+    try:
+        argv[4].encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return dict(_HOST_DEFAULTS, host=True, exec=True, **{"<name>": argv[2], "--": True, "<script>": argv[4]})
+
+
 def hand_parsed(argv: List[str]) -> Optional[Tuple[Dict[str, object], bool]]:
     """(docopt's answer, whether the verb may call a plugin) for a command
     line parsed by hand; None for any other (docopt parses it)."""
@@ -199,6 +214,10 @@ def hand_parsed(argv: List[str]) -> Optional[Tuple[Dict[str, object], bool]]:
         return read
     if len(argv) >= 2 and argv[0] == "agent":
         args = _agent_read(argv)
+        if args is not None:
+            return args, True
+    if argv[:1] == ["host"]:
+        args = _host_exec(argv)
         if args is not None:
             return args, True
     return None

@@ -44,12 +44,10 @@ import importlib
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from mu.deadline import GRACE_S, Deadline
 from mu.environment import LOCAL_ONLY_VARIABLES, plugin_environment, state_dir
@@ -89,19 +87,19 @@ class PaneError(MuError):
     exit_code = EXIT_CALL_FAILED
 
 
-@dataclass(frozen=True)
-class PaneRef:
+class PaneRef(NamedTuple):
     """Where one view runs.  `pid` and `started` are its first process (the
     leader of its process group); either is None when the view was already
     gone before mu could read it.  `where` holds the backend's own ids,
-    every value a string."""
+    every value a string.  A NamedTuple, not a dataclass: every read of an
+    agent loads this module, and `dataclasses` loads `inspect`."""
 
     backend: str
     workstream: str
     name: str
     pid: Optional[int]
     started: Optional[float]
-    where: Dict[str, str] = field(default_factory=dict)
+    where: Dict[str, str]
 
     @property
     def agent(self) -> str:
@@ -257,6 +255,8 @@ def panes_folder(workstream: str, environ: Optional[Mapping[str, str]] = None) -
 
 def starter() -> List[str]:
     """The argv that runs mu/panes/viewstart.py (see there), short of its mode."""
+    import shutil  # here: its archive support loads bz2 and lzma, no cost of a read
+
     python = sys.executable or shutil.which("python3")
     if not python:
         raise PaneError("no Python to start a view with", "run mu with a Python that knows its own path")
@@ -277,6 +277,8 @@ def choose(environ: Optional[Mapping[str, str]] = None) -> PaneBackend:
     not know, or tmux asked for where there is none, stops mu (exit 2)."""
     env = os.environ if environ is None else environ
     value = env.get("MU_PANES", "")
+    import shutil
+
     has_tmux = shutil.which("tmux", path=env.get("PATH", os.defpath)) is not None
     if value == "":
         return backend_named("tmux" if has_tmux else "headless")

@@ -44,7 +44,6 @@ import select
 import selectors
 import sys
 import threading
-import traceback
 from time import monotonic as _monotonic
 from typing import Callable, Dict, List, Optional, Set
 
@@ -207,6 +206,8 @@ class Reactor:
             # still needs reading.  The descriptor is dropped so that one
             # broken handler cannot fail in a loop; its plugin's callers
             # still read their own replies, and their deadlines bound them.
+            import traceback  # here: it loads linecache and tokenize, no cost of a verb without a bug
+
             sys.stderr.write("mu: internal error in the plugin reactor (please report it):\n")
             traceback.print_exc()
             if fd >= 0 and self._handlers.pop(fd, None) is not None:

@@ -59,7 +59,6 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 from mu import environment
 from mu.errors import MuError
 from mu.ids import uuid7_batch, uuid7_floor
-from mu.logentry import LogEntry
 from mu.store import db
 
 FLUSH_AFTER_S = 0.25
@@ -79,7 +78,20 @@ CALLS_PER_ROW = 16 ** _COUNT_HEX
 CALLS_ROW_SPAN_MS = 10_000
 
 
-Entry = LogEntry  # the journal's entry type is the API's (mu/logentry.py)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mu.logentry import LogEntry as Entry
+
+
+def __getattr__(name: str) -> Any:
+    # `Entry`, the journal's entry type, is the API's (mu/logentry.py): a
+    # dataclass, imported by the reads that make entries, not by every
+    # process that writes the journal (`dataclasses` loads `inspect`).
+    if name == "Entry":
+        from mu.logentry import LogEntry
+
+        return LogEntry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Journal:
@@ -422,6 +434,8 @@ def query(
                     or (after_id is not None and entry.id <= after_id)
                     or (grep is not None and not grep.search(entry.text)))
 
+    from mu.logentry import LogEntry as Entry
+
     found: List[Entry] = []
     with db.reading(path) as conn:
         for row in _rows(conn.execute(sql, args)):
@@ -446,6 +460,8 @@ def _row_id(entry_id: str) -> str:
 def _calls_of(row: tuple) -> List[Entry]:
     """The entries of a row of calls, oldest first: each its own id (the
     row's, counted in its lowest bits), time and text."""
+    from mu.logentry import LogEntry as Entry
+
     row_id, at, plugin, pid, mu_pid, stream, _, calls = row
     head = row_id[:-_COUNT_HEX]
     try:

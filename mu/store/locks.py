@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import time
@@ -44,6 +43,8 @@ PREFIX_CHARS = 64
 def file_name(subject: str) -> str:
     """The lock file's name for `subject`: the same subject always gets the
     same name, two subjects never do (128 bits of sha256 tell them apart)."""
+    import hashlib  # here: OpenSSL's start-up, paid by a lock's taker only
+
     readable = re.sub(r"[^A-Za-z0-9_.-]", "_", subject[:PREFIX_CHARS])
     digest = hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{readable}.{digest}.lock"

@@ -58,11 +58,14 @@ import os
 import re
 import signal
 import time
-from typing import Any, Dict, List, Optional
 
 from mu import sdk
 from mu.plugins.kubernetes.kube import CONTAINER, NAMESPACE, Options, Pod, first_line, get_json, kubectl, split_handle
 from mu.plugins.shellhost.job import call_end
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start
+    from typing import Any, Dict, List, Optional
 
 ACQUIRE_PARAMS = ("image", "cpu", "memory", "namespace", "serviceAccount", "pull", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}

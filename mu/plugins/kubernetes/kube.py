@@ -32,10 +32,14 @@ import re
 import shlex
 import threading
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from collections import namedtuple
 
 from mu import sdk
 from mu.plugins.shellhost import runner
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start (tests/test_plugin_imports.py)
+    from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 DEFAULT_WORK = "/mu"
 CONTAINER = "agent"  # the one container of a pod this plugin makes
@@ -55,18 +59,15 @@ UNREACHED = ("unable to connect to the server", "connection refused", "no such h
              "the server is currently unable", "tls handshake timeout")
 
 
-class Options(NamedTuple):
-    """The plugin's argv: kubectl, its kubeconfig and context, the
-    namespace, the work folder in each pod."""
+class Options(namedtuple("Options", "kubectl kubeconfig context namespace work config alive_s",
+                           defaults=("kubectl", None, None, None, DEFAULT_WORK, None, 5))):
+    """The plugin's argv: `kubectl` (str), its `kubeconfig` and `context`
+    (str or None), the `namespace` (str or None), the `work` folder in
+    each pod (str); what the shared seams read of their options: `config`
+    (None) and `alive_s` (int).  A collections.namedtuple, as the ssh
+    plugin's options are (no typing on the start)."""
 
-    kubectl: str = "kubectl"
-    kubeconfig: Optional[str] = None
-    context: Optional[str] = None
-    namespace: Optional[str] = None
-    work: str = DEFAULT_WORK
-    # what the shared seams read of their options
-    config: Optional[str] = None
-    alive_s: int = 5
+    __slots__ = ()
 
     def command(self, *args: str) -> List[str]:
         argv = [self.kubectl]

@@ -22,12 +22,15 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from typing import Any, Dict, List, Optional
 
 from mu import sdk
 from mu.plugins.kubernetes import host
 from mu.plugins.kubernetes.kube import DEFAULT_WORK, NAMESPACE, Options, Pod, Pods, first_line, kubectl
 from mu.plugins.shellhost import channel, job, link, programs, remote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start
+    from typing import Any, Dict, List, Optional
 
 USAGE = ("usage: mu-plugin-kubernetes [--kubectl <path>] [--kubeconfig <file>] [--context <name>]"
          " [--namespace <ns>] [--work <dir>] [--name <name>]")

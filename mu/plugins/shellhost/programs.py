@@ -20,8 +20,8 @@ import sys
 from mu import sdk
 from mu.plugins.shellhost import remote
 
-TYPE_CHECKING = False  # typing stays off the way to a plugin's handshake (tests/test_plugin_imports.py)
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start (tests/test_plugin_imports.py)
     from typing import Any
 
 PROGRAM_MAX = 4 << 20  # at most this many bytes of a program copied for a job
