@@ -289,21 +289,21 @@ def test_no_next_step_with_json_or_when_hints_are_off(box):
         "mu: no event from w/a within 0.2 s"]
 
 
-def test_a_wait_that_times_out_says_what_the_agent_is_doing(box):
+def test_a_wait_that_times_out_names_the_commands_that_show_and_act_on_it(box):
     assert run_mu("agent", "spawn", "w/idle", "--host", "box", "--harness", "demo", "--send", "hi").returncode == 0
     assert run_mu("wait", "w/idle", "--timeout", "30").returncode == 0
     idle = run_mu("wait", "w/idle", "--new", "--timeout", "0.2")
     assert idle.returncode == 124 and idle.stdout == ""
     assert idle.stderr.splitlines() == [
         "mu: no event from w/idle within 0.2 s",
-        "(w/idle is idle (1 run done), nothing under way: `mu send w/idle '<text>'` gives it a turn)"]
+        "(`mu agent show w/idle` reads what it is doing; `mu send w/idle '<text>'` gives it a turn)"]
 
     assert run_mu("agent", "spawn", "w/busy", "--host", "box", "--command", BUSY).returncode == 0
     busy = run_mu("wait", "w/busy", "--timeout", "0.2")
     assert busy.returncode == 124
     assert busy.stderr.splitlines() == [
         "mu: no event from w/busy within 0.2 s",
-        "(w/busy is busy, a turn under way (2 runs done): `mu agent read w/busy` shows its pane)"]
+        "(`mu agent show w/busy` reads what it is doing; `mu send w/busy '<text>'` gives it a turn)"]
 
     every = run_mu("wait", "--new", "--timeout", "0.2")
     assert every.returncode == 124 and every.stderr.splitlines()[1] == "(`mu state` shows what each agent is doing)"

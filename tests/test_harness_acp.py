@@ -199,8 +199,7 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
 
         bridge.deliver("m-3", "STUB_SLOW third")
         wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW third"), 20, "the slow turn at the model")
-        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
-            process.kill()
+        bridge.kill_harness()
         turn = bridge.wait_runs(3, 90)
         assert turn["lastError"].startswith("the harness exited ("), turn
         bridge.deliver("m-4", "fourth")

@@ -67,16 +67,27 @@ class Bridge:
 
     def kill_with_unread(self, msg_id: str, text: str) -> None:
         """Kill the harness with a message taken but unread: the harness
-        and what it runs are stopped (SIGSTOP), the message delivered and
-        taken (the bridge writes it to the harness's stdin, where it
-        stays), then all of them killed."""
-        tree = [self.harness()] + self.harness().children(recursive=True)
-        for process in tree:
-            process.suspend()
+        and what it runs are stopped (SIGSTOP: the harness first, so it
+        starts nothing more), the message delivered and taken (the bridge
+        writes it to the harness's stdin, where it stays), then all of them
+        killed.  A short-lived child that ends on its own meanwhile is
+        passed over."""
+        harness = self.harness()
+        harness.suspend()
+        tree = [harness]
+        for child in harness.children(recursive=True):
+            try:
+                child.suspend()
+                tree.append(child)
+            except psutil.NoSuchProcess:
+                pass
         self.deliver(msg_id, text)
         wait_for(lambda: (self.folder / "taken" / (msg_id + ".json")).exists(), 20, "the take")
-        for process in reversed(tree):
-            process.kill()
+        kill_all(tree)
+
+    def kill_harness(self) -> None:
+        """SIGKILL the harness and everything it runs, children first."""
+        kill_all([self.harness()] + self.harness().children(recursive=True))
 
     def harness(self) -> psutil.Process:
         return psutil.Process(self.proc.pid).children()[0]
@@ -85,6 +96,14 @@ class Bridge:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(15)
+
+
+def kill_all(processes: list) -> None:
+    for process in reversed(processes):
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass  # it ended on its own
 
 
 @pytest.fixture

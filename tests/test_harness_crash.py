@@ -198,8 +198,7 @@ def test_codex_killed_before_it_has_the_message_is_given_it_again_once(codex_env
         bridge.deliver("m-3", "STUB_SLOW third")
         wait_for(lambda: codex_env.seen_responses("STUB_SLOW third")
                  and rollout_lines(codex_home, thread, message_uuid("m-3")), 20, "the slow turn, in the rollout")
-        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
-            process.kill()
+        bridge.kill_harness()
         turn = bridge.wait_runs(3, 90)
         assert turn["lastError"].startswith("the harness exited ("), turn
         bridge.deliver("m-4", "fourth")

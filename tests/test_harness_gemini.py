@@ -14,7 +14,7 @@ import harness_fixture
 import test_harness_claude as claude_tests
 from conftest import wait_for
 from test_harness_acp import ask_then_answer, send_through_each_crash_of_mu, start_over_and_read, walk_the_agent_path
-from test_harness_bridge import Bridge
+from test_harness_bridge import Bridge, kill_all
 
 gemini_env, stub_model = harness_fixture.gemini_env, harness_fixture.stub_model  # the fixtures
 git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
@@ -128,8 +128,7 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
         bridge.deliver("m-3", "STUB_SLOW third")
         wait_for(lambda: gemini_env.seen("STUB_SLOW third"), 20, "the slow turn at the model")
         started = bridge.log.read_text().count("mu-bridge: gemini session ")
-        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
-            process.kill()
+        bridge.kill_harness()
         wait_for(lambda: bridge.log.read_text().count("mu-bridge: gemini session ") > started, 90, "the next start")
         # its session loaded, or (the pane says so before the start) a new incarnation began
         if f"mu-bridge: incarnation {inc + 1} (" in bridge.log.read_text():
@@ -152,8 +151,7 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
         tree = [bridge.harness()] + bridge.harness().children(recursive=True)
         bridge.proc.kill()
         bridge.proc.wait()
-        for process in reversed(tree):
-            process.kill()
+        kill_all(tree)
         bridge.start()
         turn = bridge.turn()
         fifth = json.loads((bridge.folder / "turns" / f"{inc}-{runs + 1}.json").read_text())

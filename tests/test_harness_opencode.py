@@ -81,8 +81,7 @@ def test_opencode_killed_before_it_has_the_message_is_given_it_again_once(openco
 
         bridge.deliver("m-3", "STUB_SLOW third")
         claude_tests.wait_for(lambda: seen_chat(opencode_env, "STUB_SLOW third"), 20, "the slow turn at the model")
-        for process in reversed([bridge.harness()] + bridge.harness().children(recursive=True)):
-            process.kill()
+        bridge.kill_harness()
         assert bridge.wait_runs(3, 90)["lastError"] == "the harness exited (-9)"
         bridge.deliver("m-4", "fourth")
         turn = bridge.wait_runs(4)
