@@ -188,9 +188,15 @@ class Cancelled(CallError):
 
 class TimedOut(MuError):
     """A timeout the user set ran out with nothing to report (`mu wait
-    --timeout`): exit 124, as timeout(1)."""
+    --timeout`): exit 124, as timeout(1).  `status`, when the wait watched
+    one agent and had read it, is that agent's turn state at the last
+    reading (`idle`, `busy`, ...), for the remedy to name what acts on it."""
 
     exit_code = EXIT_TIMED_OUT
+
+    def __init__(self, message: str, hint: Optional[str] = None, *, status: Optional[str] = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
 
 
 class Terminating(BaseException):

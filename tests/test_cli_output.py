@@ -285,30 +285,32 @@ def test_no_next_step_with_json_or_when_hints_are_off(box):
     assert sent.returncode == 0 and sent.stderr == "" and json.loads(sent.stdout)["agent"] == "w/a"
     quiet = run_mu("send", "w/a", "again", env={"MU_HINTS": "off"})
     assert quiet.returncode == 0 and quiet.stderr == ""
-    assert run_mu("wait", "w/a", "--new", "--timeout", "0.2", env={"MU_HINTS": "off"}).stderr.splitlines() == [
-        "mu: no event from w/a within 0.2 s"]
+    quiet_wait = run_mu("wait", "w/a", "--new", "--timeout", "0.2", env={"MU_HINTS": "off"}).stderr.splitlines()
+    assert len(quiet_wait) == 1 and quiet_wait[0].startswith("mu: no event from w/a within 0.2 s: ")
 
 
-def test_a_wait_that_times_out_names_the_commands_that_show_and_act_on_it(box):
+def test_a_wait_that_times_out_says_what_the_agent_was_doing_and_the_command_that_acts_on_it(box):
     assert run_mu("agent", "spawn", "w/idle", "--host", "box", "--harness", "demo", "--send", "hi").returncode == 0
     assert run_mu("wait", "w/idle", "--timeout", "30").returncode == 0
     idle = run_mu("wait", "w/idle", "--new", "--timeout", "0.2")
     assert idle.returncode == 124 and idle.stdout == ""
     assert idle.stderr.splitlines() == [
-        "mu: no event from w/idle within 0.2 s",
-        "(`mu agent show w/idle` reads what it is doing; `mu send w/idle '<text>'` gives it a turn)"]
+        "mu: no event from w/idle within 0.2 s: at the wait's last reading it was idle, 1 turn run",
+        "(`mu send w/idle '<text>'` gives it a turn)"]
 
     assert run_mu("agent", "spawn", "w/busy", "--host", "box", "--command", BUSY).returncode == 0
     busy = run_mu("wait", "w/busy", "--timeout", "0.2")
     assert busy.returncode == 124
     assert busy.stderr.splitlines() == [
-        "mu: no event from w/busy within 0.2 s",
-        "(`mu agent show w/busy` reads what it is doing; `mu send w/busy '<text>'` gives it a turn)"]
+        "mu: no event from w/busy within 0.2 s: at the wait's last reading it was busy, 2 turns run",
+        "(`mu wait w/busy` waits on; `mu interrupt w/busy '<text>'` redirects its turn)"]
 
     every = run_mu("wait", "--new", "--timeout", "0.2")
-    assert every.returncode == 124 and every.stderr.splitlines()[1] == "(`mu state` shows what each agent is doing)"
+    assert every.returncode == 124 and every.stderr.splitlines() == [
+        "mu: no event from w/busy, w/idle within 0.2 s: at the wait's last reading 1 busy, 1 idle",
+        "(`mu state` shows what each agent is doing)"]
     assert run_mu("task", "add", "w", "Later").returncode == 0
     task = run_mu("wait", "--task", "later", "--timeout", "0.2")
     assert task.returncode == 124 and task.stderr.splitlines()[1] == "(`mu task show later` shows where the task stands)"
     assert run_mu("wait", "w/busy", "--timeout", "0.2", "--json").stderr.splitlines() == [
-        "mu: no event from w/busy within 0.2 s"]
+        "mu: no event from w/busy within 0.2 s: at the wait's last reading it was busy, 2 turns run"]

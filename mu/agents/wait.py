@@ -165,6 +165,10 @@ class Watched:
         self.read_at = 0.0
         self.fast_until = time.monotonic() + BLOCK_FAST_FOR_S
         self.last_reading: Optional[Tuple[Any, ...]] = None
+        # its turn state and runs as the wait last read them (the watch's
+        # initial observation, then each block read): a timeout says it
+        # without asking the plugin again
+        self.seen: Optional[Tuple[str, Optional[int]]] = None
         self.block: Optional[blocks.Block] = None  # the block it is on now, fired by this wait or another
 
     @property
@@ -438,6 +442,10 @@ def _watch(w: Watched, clients: readings.Clients) -> bool:
         return False
     if w.cursor is None:
         w.cursor = w.watch.after_runs if isinstance(w.watch.after_runs, int) else 0
+    initial = w.watch.initial
+    if isinstance(initial, dict) and isinstance(initial.get("status"), str):
+        runs = initial.get("runs")
+        w.seen = (initial["status"], runs if isinstance(runs, int) and not isinstance(runs, bool) else None)
     return True
 
 
@@ -504,6 +512,8 @@ def _read_block(w: Watched, clients: readings.Clients, new: bool) -> Optional[Ev
         reading = channel.read_state(clients.get(w.job.plugin), w.agent, w.host, w.job)
     except MuError:
         reading = channel.unknown("not read")  # the next read may answer; liveness is the job's
+    if reading.state != "unknown":
+        w.seen = (reading.state, reading.runs if isinstance(reading.runs, int) else None)
     seen = (reading.state, reading.since, reading.runs, reading.incarnation, reading.pending)
     if seen != w.last_reading:
         w.last_reading, w.fast_until = seen, now + BLOCK_FAST_FOR_S
@@ -540,10 +550,25 @@ def _count(value: Optional[int]) -> int:
 
 
 def _timed_out(live: List[Watched], timeout_s: Optional[float]) -> TimedOut:
-    """The timeout, saying which agent still waits on a person, if any."""
+    """The timeout, saying which agent still waits on a person, if any, or
+    else what the agents were doing at the wait's last reading of them
+    (no plugin is asked again: a wait often times out because a host cannot
+    be reached, and a read then would hold up the exit).  `status` is the
+    one agent's state as last read, for the remedy to pick its command."""
     said = f"no event from {_names(live)} within {timeout_s:g} s"
     on = [w for w in live if w.block is not None]
     if not on:
+        seen = [w.seen for w in live if w.seen is not None]
+        if len(live) == 1 and seen:
+            status, runs = seen[0]
+            return TimedOut(f"{said}: at the wait's last reading it was {status}"
+                            + (f", {runs} turn{'s' if runs != 1 else ''} run" if runs is not None else ""),
+                            status=status)
+        if seen:
+            counts: Dict[str, int] = {}
+            for status, _runs in seen:
+                counts[status] = counts.get(status, 0) + 1
+            said += ": at the wait's last reading " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         return TimedOut(said)
     first = on[0].block
     assert first is not None

@@ -38,20 +38,24 @@ def run(args: Dict[str, Any]) -> int:
         return _run(args)
     except TimedOut as e:
         if e.hint is None and not args["--json"] and hints_on():
-            e.hint = _doing(args["<agent>"], args["--task"] or [])
+            e.hint = _next(args["<agent>"], args["--task"] or [], e.status)
         raise
 
 
-def _doing(agents: List[str], tasks: List[str]) -> Optional[str]:
-    """The commands that show and act on what a wait timed out on.  No
-    plugin is asked: a wait often times out because its host cannot be
-    reached (a cut link), and a read then would hold up its exit for the
-    read's own budget (tests/test_ssh_cut.py)."""
+def _next(agents: List[str], tasks: List[str], status: Optional[str]) -> Optional[str]:
+    """The commands that act on what a wait timed out on, chosen by the
+    agent's state at the wait's last reading (carried on the timeout: no
+    plugin is asked, as a wait often times out because its host cannot be
+    reached, and a read then would hold up the exit; tests/test_ssh_cut.py)."""
     if len(agents) != 1:
         if not agents and len(tasks) == 1:
             return f"`mu task show {shlex.quote(tasks[0])}` shows where the task stands"
         return "`mu state` shows what each agent is doing"
     name = shlex.quote(agents[0])
+    if status == "busy":
+        return f"`mu wait {name}` waits on; `mu interrupt {name} '<text>'` redirects its turn"
+    if status == "idle":
+        return f"`mu send {name} '<text>'` gives it a turn"
     return f"`mu agent show {name}` reads what it is doing; `mu send {name} '<text>'` gives it a turn"
 
 
