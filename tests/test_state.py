@@ -256,3 +256,6 @@ def test_a_released_host_leaves_mu_state_and_host_list_shows_it_released_without
     status = run_mu("host", "status", "gone")
     assert status.returncode == 0, status.stderr
     assert "state: released" in status.stdout and "deadline" not in status.stdout
+    documents = {h["name"]: h for h in json.loads(run_mu("host", "list", "--json").stdout)["hosts"]}
+    assert documents["gone"]["state"] == "released" and documents["gone"]["deadlineAt"] is None
+    assert documents["later"]["deadlineAt"] == soon

@@ -107,7 +107,8 @@ class ProviderHost(NamedTuple):
             "reason": self.reason,
             "paramsSha256": self.params_sha256,
             "facts": self.facts,
-            "deadlineAt": self.deadline_at,
+            # a released host's deadline is no one's any more (as the text shows it)
+            "deadlineAt": None if self.state == "released" else self.deadline_at,
             "idleReclaimMs": self.idle_reclaim_ms,
             "maxJobs": self.max_jobs,
             "acquiredAt": self.acquired_at,
