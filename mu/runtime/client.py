@@ -35,7 +35,7 @@ from mu import environment
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
 from mu.protocol import constants
-from mu.runtime import trace, trust
+from mu.runtime import prestart, trace, trust
 from mu.runtime.process import RUNNING, PluginProcess, Token
 from mu.runtime.supervisor import supervisor
 from mu.runtime.watches import Watch
@@ -97,7 +97,7 @@ class PluginClient:
         process = PluginProcess(self.name, self.argv, env, self.journal, trace.current(), self.on_stderr)
         self.process = process
         try:
-            process.start()
+            process.start(prestart.take)  # the process spawned early for this start, if one was
         except Unanswered as e:
             raise LoadRuleError(e.message, debug_hint(self.argv), detail=e.detail) from None
         try:

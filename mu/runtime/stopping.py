@@ -33,7 +33,6 @@ process is released from, the reactor and the group and pipe helpers.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol
@@ -68,7 +67,7 @@ class Stoppable(Protocol):
     trace: Optional["Trace"]
     endpoint: "Endpoint"
     # the pipes and the descriptors the reactor watches
-    _popen: Optional["subprocess.Popen[bytes]"]
+    _popen: Optional["spawn.Child"]
     _reader: Optional["Reader"]
     _writer: Optional["Writer"]
     _stderr_fd: int
