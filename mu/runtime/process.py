@@ -43,7 +43,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
 
 from mu.deadline import Deadline
 from mu.errors import Cancelled, Human, Permanent, Retryable, Unanswered, UnknownOutcome
@@ -58,6 +57,12 @@ from mu.runtime.trace import Trace
 from mu.runtime.watches import Watch
 from mu.runtime.writing import Writer
 from mu.store.journal import Journal
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
 
 __all__ = ["EXITED", "NEW", "RUNNING", "STOPPING", "STDERR_KEEP", "Handle", "PluginProcess", "Token"]
 
