@@ -180,3 +180,12 @@ def test_a_child_that_cannot_be_run_is_an_oserror(tmp_path):
 
 def test_mu_is_the_module_run_by_the_tests():
     assert MU.exists()
+
+
+def test_an_early_plugin_that_dies_at_start_is_refused_as_before(box):
+    # an unknown knob: the fake exits 2 at start, a line on stderr, before
+    # mu has even imported the runtime that takes it over
+    out = run_mu("host", "exec", "box", "--", "true", env={"FAKE_HANDSHAKE": "no-such-mode"})
+    assert out.returncode == 4, out.stderr
+    assert "did not answer the handshake" in out.stderr and "status 2" in out.stderr
+    assert "Traceback" not in out.stderr
