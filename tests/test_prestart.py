@@ -189,3 +189,31 @@ def test_an_early_plugin_that_dies_at_start_is_refused_as_before(box):
     assert out.returncode == 4, out.stderr
     assert "did not answer the handshake" in out.stderr and "status 2" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_agent_list_takes_its_early_plugin_and_a_signal_stops_it(tmp_path, monkeypatch):
+    # examples/mu-plugin-local, one demo agent on it: `mu agent list` asks
+    # its plugin job.status; the process it spawned early is the one asked
+    monkeypatch.setenv("MU_PANES", "headless")
+    local = ROOT / "examples" / "mu-plugin-local"
+    assert run_mu("plugin", "add", "local", "--", str(local), "--root", str(tmp_path / "root")).returncode == 0
+    assert run_mu("host", "acquire", "box", "--provider", "local").returncode == 0
+    demo = f"{sys.executable} {ROOT / 'examples' / 'mu-demo-agent'}"
+    spawned = run_mu("agent", "spawn", "w/a", "--host", "box", "--command", demo)
+    assert spawned.returncode == 0, spawned.stderr
+    try:
+        since = len(run_mu("log").stdout.splitlines())
+        listed = run_mu("agent", "list", "--json")
+        assert listed.returncode == 0 and json.loads(listed.stdout)[0]["liveness"] == "alive"
+        stopped = run_mu("agent", "list", env={"MU_CRASH_AT": "plugin-prestarted:SIGTERM"})
+        assert stopped.returncode == -signal.SIGTERM
+        log = run_mu("log").stdout.splitlines()[since:]
+        starts = [line for line in log if " start argv=" in line]
+        assert len(starts) == 2  # one plugin process each: the early one, taken by the first
+        assert sum("call job.status" in line for line in log) == 1  # asked only by the first
+        assert any("stop: mu is terminating" in line for line in log)
+        pids = [int(line.split(" pid=")[1].split()[0]) for line in starts]
+        assert not any(pid_alive(pid) for pid in pids)
+    finally:
+        assert run_mu("agent", "close", "w/a").returncode == 0
+        assert run_mu("host", "release", "box").returncode == 0

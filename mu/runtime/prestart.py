@@ -132,6 +132,7 @@ def start(name: str, argv: List[str], env: Dict[str, str]) -> bool:
             held.kill_now("mu is terminating")
             return False
         with _waiting_lock:
+            _waiting[:] = [other for other in _waiting if other._held]  # an embedder's earlier verbs' leftovers
             _waiting.append(held)
     crashpoints.reach("plugin-prestarted", name)
     return True
@@ -150,8 +151,4 @@ def take(name: str, argv: List[str], env: Dict[str, str]) -> Optional[spawn.Chil
             return child
     return None
 
-
-def waiting() -> int:
-    """How many early processes are still held (for tests and benches)."""
-    return sum(1 for held in _waiting if held._held)
 
