@@ -11,10 +11,14 @@ times each shipped plugin from its spawn to its handshake:
   ends.  The phases, medians over the runs:
   `interpreter` (the bench's spawn to the first line of the wrapper: the
   interpreter's own start, what `python -c pass` is made of),
-  `mu's imports`, `mu before the plugin` (the verb's own work: parsing,
-  the records read), `plugin spawn` (fork and exec), `plugin start to its
-  handshake` (as mu sees it: the plugin's interpreter and imports, then
-  `initialize` answered), `calls`, `stop` (protocol "Process": shutdown,
+  `mu's start to its plugin's spawn` (mu's imports and the records read
+  before it: since mu.runtime.prestart, only the lean read),
+  `plugin spawn` (fork and exec), `mu's start to the runtime imported`
+  (the runtime's client in: after the spawn, since prestart), `plugin
+  spawn to its handshake` (the plugin's interpreter and imports beside
+  mu's, then `initialize` answered) and of it `initialize written to its
+  answer` (short when the plugin was ready before mu asked: then mu's
+  imports are the longer of the two), `calls`, `stop` (protocol "Process": shutdown,
   stdin closed, the group awaited), `store` (the journal's flush and the
   store's close or leave) and `exit` (os._exit to the bench's pidfd
   reading the process gone: the kernel's teardown);
@@ -52,10 +56,11 @@ START_TARGET = 2.0  # issue 31: a shipped plugin's spawn to its handshake
 #: "reaped" are the bench's own clock
 PHASES = (
     ("interpreter", "spawned", "start"),
-    ("mu's imports", "start", "imported"),
-    ("mu before the plugin", "imported", "spawn<"),
+    ("mu's start to its plugin's spawn", "start", "spawn<"),
     ("plugin spawn", "spawn<", "spawn>"),
-    ("plugin start to its handshake", "spawn>", "handshake>"),
+    ("mu's start to the runtime imported", "start", "imported"),
+    ("plugin spawn to its handshake", "spawn>", "handshake>"),
+    ("  of it, initialize written to its answer", "handshake<", "handshake>"),
     ("calls", "handshake>", "stop<"),
     ("stop", "stop<", "stop>"),
     ("store", "stop>", "exit"),

@@ -24,12 +24,17 @@ What a caller may rely on:
 from __future__ import annotations
 
 import os
-import subprocess
-from typing import List, NamedTuple, Optional, Tuple
 
 from mu.deadline import Deadline
 from mu.errors import CallError, Refused, UsageError
+from mu.records import NamedTuple
 from mu.runtime import groups
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 
 
 class GitFailed(CallError):
@@ -53,6 +58,8 @@ def run(args: List[str], cwd: str, deadline: Deadline) -> Ran:
     """`git <args>` in `cwd` within `deadline`; its exit code and output.
     `GitFailed` when it cannot start or runs out the deadline (its group
     is killed first)."""
+    import subprocess  # here: a read of an agent that runs no git (`mu agent list`) needs none of it
+
     try:
         proc = subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)

@@ -5,7 +5,12 @@ either importing the other (and importing `mu.api` loads no store)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ def offending(folder: str, allowed: Tuple[str, ...]) -> Set[str]:
 
 def test_the_store_imports_no_layer_above_it():
     # records only: no plugin processes, seams, verbs
-    leaves = ("mu.errors", "mu.environment", "mu.ids", "mu.deadline", "mu.names", "mu.protocol", "mu.logentry")
+    leaves = ("mu.errors", "mu.environment", "mu.ids", "mu.deadline", "mu.names", "mu.protocol", "mu.logentry",
+              "mu.records")
     assert offending("store", ("mu.store",) + leaves) == set()
 
 
@@ -71,7 +72,7 @@ def test_the_shipped_plugins_import_only_the_sdk():
     assert offending("plugins", ("mu.plugins", "mu.sdk")) == set()
 
 
-@pytest.mark.parametrize("leaf", ["deadline.py", "errors.py", "ids.py", "schema.py", "logentry.py"])
+@pytest.mark.parametrize("leaf", ["deadline.py", "errors.py", "ids.py", "schema.py", "logentry.py", "records.py"])
 def test_the_leaves_import_only_the_protocol(leaf):
     assert offending(leaf, ("mu.protocol",)) == set()
 

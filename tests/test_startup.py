@@ -251,7 +251,9 @@ def test_host_exec_loads_no_docopt_nor_the_results_of_other_groups(isolated, tmp
     try:
         names = imported("host", "exec", "box", "--", "true")
         assert "mu.seams.link" in names  # it ran the script through the link
-        assert loaded(names, ("docopt", "dataclasses", "inspect", "mu.api.agents", "mu.agents", "traceback")) == []
+        assert loaded(names, ("docopt", "dataclasses", "inspect", "mu.api.agents", "mu.agents", "traceback",
+                              # issue 31: records without `typing`, the plugin spawned without `subprocess`
+                              "typing", "subprocess", "shlex")) == []
         out = run_mu("host", "exec", "box", "--", "echo hi; exit 3")
         assert (out.returncode, out.stdout) == (3, "hi\n")
     finally:

@@ -22,12 +22,17 @@ implies instead of testing its type.  Only records are read here.
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional
 
 from mu.store import hosts
 from mu.store.agents import Agent
 from mu.store.hosts import Host, ProviderHost
 from mu.store.jobs import Job
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 PROVIDER, PROFILE = "provider", "profile"
 

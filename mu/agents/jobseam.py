@@ -13,7 +13,6 @@ plugin's null, its proof the job is gone.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, Optional, Tuple
 
 from mu.effects import engine
 from mu.effects.engine import Resolver
@@ -26,6 +25,12 @@ from mu.schema import result_problem
 from mu.store import agents, db, deliveries, intents, jobs, plugins, tasks
 from mu.store.hosts import Host
 from mu.store.jobs import Job
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 JOB_SEAM = frozenset({"job"})
 

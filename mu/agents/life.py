@@ -47,8 +47,6 @@ no notice names an agent that is gone.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional
-
 from mu import panes
 from mu.agents import hosting, jobseam, readings, split_agent
 from mu.agents.hosting import Host
@@ -57,6 +55,7 @@ from mu.deadline import Deadline
 from mu.effects import engine
 from mu.errors import MuError, NotFound, Permanent, Refused
 from mu.panes import PaneError, PaneRef
+from mu.records import NamedTuple
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import agents, db, deliveries, hosts, intents, jobs, locks, trees
@@ -64,6 +63,12 @@ from mu.store.agents import Agent
 from mu.store.jobs import Job
 from mu.store.journal import journal
 from mu.store.unknown import not_found
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 PANE_S = 20.0
 # How long a read waits for an agent's lock before it leaves the reconcile

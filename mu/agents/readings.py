@@ -31,18 +31,23 @@ read writes is the agent's incarnation when it learned another one.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional
-
 from mu.agents import hosting, jobseam
 from mu.agents.hosting import Host
 from mu.deadline import Deadline
 from mu.errors import MuError, Retryable, StateError
+from mu.records import NamedTuple
 from mu.runtime.client import PluginClient
 from mu.seams import channel
 from mu.seams.channel import Reading
 from mu.store import agents, db, jobs, plugins
 from mu.store.agents import Agent
 from mu.store.jobs import Job
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
 DEAD_JOB_STATES = ("ended", "lost")

@@ -11,13 +11,18 @@ naming `mu agent refresh`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
-
 from mu import environment, git
 from mu.deadline import Deadline
 from mu.errors import MuError
+from mu.records import NamedTuple
 from mu.store import trees
 from mu.store.trees import Tree
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 LOOK_S = 10.0  # local git for one staleness read
 

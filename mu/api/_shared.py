@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from types import FunctionType
-from typing import Any, Dict, Iterator
 
 from mu import text
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator
 
 
 @contextlib.contextmanager
@@ -46,5 +51,5 @@ def guard(namespace: Dict[str, Any]) -> None:
     call and the one `mu.api` exports; a function defined below the call is
     not guarded (tests/test_input.py checks them all)."""
     for name in namespace["__all__"]:
-        if isinstance(namespace[name], FunctionType):
+        if isinstance(namespace.get(name), FunctionType):  # a name made on first read is no function
             namespace[name] = text.guarded(namespace[name])

@@ -6,15 +6,18 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional
-
 from mu import environment, text
 from mu.api._shared import _plugins_stopped, guard
 from mu.errors import UsageError
 from mu.lazy import Lazy
+from mu.records import NamedTuple
 
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
     from mu.api.collects import CollectResult
 
 # Imported when a function first uses them (mu.lazy).  The results here

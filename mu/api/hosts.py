@@ -7,14 +7,17 @@ functions here are exported there, each wrapped by `guard` below.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Union
-
 from mu import environment
 from mu.api._shared import _plugins_stopped, guard
 from mu.errors import UsageError
+from mu.records import NamedTuple
 
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Union
+
     from mu.api.agents import CloseResult
 
 __all__ = [
@@ -173,7 +176,19 @@ class ProfileInfo(NamedTuple):
                 "addedAt": self.added_at}
 
 
-HostInfo = Union[ProviderHostInfo, ProfileInfo]
+if TYPE_CHECKING:
+    HostInfo = Union[ProviderHostInfo, ProfileInfo]
+
+
+def __getattr__(name: str) -> object:
+    # `HostInfo`, the union of the two, is made on first read: `typing`'s
+    # import is milliseconds of `mu host exec`, which never reads it
+    if name == "HostInfo":
+        from typing import Union
+
+        globals()["HostInfo"] = union = Union[ProviderHostInfo, ProfileInfo]
+        return union
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _host_info(host: Any) -> HostInfo:

@@ -233,6 +233,32 @@ def _calls_plugins(argv: List[str], read: Tuple[Dict[str, object], bool]) -> boo
     return True
 
 
+def _start_early(argv: List[str], args: Dict[str, object]) -> None:
+    """For `mu host exec` and `mu agent list`, `show` and `read`, parsed by
+    hand: spawn the plugins the verb will call now, before it imports the
+    rest of itself, so that their start runs beside mu's imports
+    (mu.runtime.prestart).  Reads their registrations lean; starts nothing
+    whenever that read is not sure (the verb then reports what is off)."""
+    from mu.store import listing
+
+    if argv[0] == "host" and args.get("exec"):
+        found = listing.early_plugins(listing.EARLY_HOST_EXEC, str(args["<name>"]))
+    elif argv[0] == "agent" and args.get("list"):
+        found = listing.early_plugins(listing.EARLY_AGENTS)
+    elif argv[0] == "agent" and args.get("<agent>"):
+        found = listing.early_plugins(listing.EARLY_AGENT, str(args["<agent>"]))
+    else:
+        return
+    if not found:
+        return
+    from mu import environment
+    from mu.runtime import prestart
+
+    env = environment.plugin_environment()
+    for name, plugin_argv in found:
+        prestart.start(name, plugin_argv, env)
+
+
 class _Args(dict):
     """docopt's answer for a command line of `READS`."""
 
@@ -338,6 +364,8 @@ def main(argv: Optional[List[str]] = None, *, leaving: bool = False) -> int:
     code = 0
     reported: Optional[MuError] = None
     try:
+        if read is not None and supervisor is not None:
+            _start_early(argv, read[0])  # inside: a signal from its spawn on unwinds as any other
         code = dispatch(argv)
     except MuError as e:
         reported = e

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
 
 from mu import environment
 from mu.deadline import GRACE_S
@@ -47,11 +46,23 @@ from mu.store import db, intents
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal
 
-Record = Callable[[sqlite3.Connection, Any], None]
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Tuple
+
+if TYPE_CHECKING:
+    Record = Callable[[sqlite3.Connection, Any], None]
+else:
+    Record = 'Callable[[sqlite3.Connection, Any], None]'  # a checker's alias: at run time only annotations name it
 # What the hint of an unknown outcome says: how the intent can be resolved,
 # given the intent (its key, its age).  The seam knows what its plugin's
 # declaration allows; without one the hint only names the key.
-Remedy = Callable[[IntentRecord], str]
+if TYPE_CHECKING:
+    Remedy = Callable[[IntentRecord], str]
+else:
+    Remedy = 'Callable[[IntentRecord], str]'  # a checker's alias: at run time only annotations name it
 
 
 def effect_timeout_s() -> float:

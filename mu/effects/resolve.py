@@ -30,12 +30,22 @@ calls `resolve()`.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, Dict, NamedTuple
 
 from mu.effects.engine import Record, Resolver
 from mu.errors import Unanswered
+from mu.records import NamedTuple
 
-Check = Callable[[Any], str]  # "" when a result is valid, else what is wrong
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict
+
+if TYPE_CHECKING:
+    Check = Callable[[Any], str]
+else:
+    Check = 'Callable[[Any], str]'  # a checker's alias: at run time only annotations name it
+# a Check returns "" when a result is valid, else what is wrong
 
 
 def _null_only(result: Any) -> str:
@@ -180,7 +190,10 @@ def _delivery(resolver: Resolver, outcomes: DeliveryOutcomes) -> str:
     return f"unknown: {reason}"
 
 
-Rule = Callable[[Resolver, Outcomes], str]
+if TYPE_CHECKING:
+    Rule = Callable[[Resolver, Outcomes], str]
+else:
+    Rule = 'Callable[[Resolver, Outcomes], str]'  # a checker's alias: at run time only annotations name it
 
 RULES: Dict[str, Rule] = {
     "host.acquire": _start,

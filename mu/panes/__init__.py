@@ -40,19 +40,24 @@ for the agent, last, so nothing overrides them.
 
 from __future__ import annotations
 
+import _signal  # `signal`'s core, built in: `signal` imports `enum`
 import importlib
 import json
 import os
-import re
-import signal
 import sys
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from mu.deadline import GRACE_S, Deadline
 from mu.environment import LOCAL_ONLY_VARIABLES, plugin_environment, state_dir
 from mu.errors import EXIT_CALL_FAILED, MuError, UsageError
+from mu.records import NamedTuple
 from mu.runtime import groups
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional
 
 BACKENDS = {
     "tmux": "mu.panes.tmux:TmuxPanes",
@@ -67,7 +72,14 @@ REF_KEYS = {
 # mu validates workstream and agent names before they reach a pane; this is
 # the same conservative charset, checked again because a name here becomes a
 # file name and a tmux target.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+# a name a pane may carry: [A-Za-z0-9][A-Za-z0-9._-]{0,99}, checked by hand
+# (every read of an agent imports this module; `re` is milliseconds)
+_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_REST = _NAME_FIRST | {".", "_", "-"}
+
+
+def _is_name(value: str) -> bool:
+    return 0 < len(value) <= 100 and value[0] in _NAME_FIRST and _NAME_REST.issuperset(value)
 
 # Variables of the terminal mu was started from that would mislead a command
 # in one of mu's panes: the user's own tmux client (tmux sets its own).
@@ -200,7 +212,7 @@ class PaneBackend:
 
 
 def check_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not NAME.match(value):
+    if not isinstance(value, str) or not _is_name(value):
         raise UsageError(
             f"{kind} name {value!r} cannot name a pane",
             "use letters, digits, '.', '_' and '-', starting with a letter or a digit",
@@ -234,12 +246,12 @@ def end_group(ref: PaneRef, deadline: Deadline) -> None:
     signalled: the view's group is gone already."""
     if ref.pid is None or ref.started is None:
         return  # gone before mu could read its start time: nothing to prove it by
-    if not groups.signal_recorded_group(ref.pid, ref.started, signal.SIGTERM):
+    if not groups.signal_recorded_group(ref.pid, ref.started, _signal.SIGTERM):
         return
     grace = min(GRACE_S, deadline.remaining() / 2)
     if groups.wait_group_empty(ref.pid, time.monotonic() + grace):
         return
-    groups.signal_recorded_group(ref.pid, ref.started, signal.SIGKILL)
+    groups.signal_recorded_group(ref.pid, ref.started, _signal.SIGKILL)
     if not groups.wait_group_empty(ref.pid, deadline.monotonic):
         raise PaneError(
             f"the view of {ref.agent} did not end: process group {ref.pid} still has processes after SIGKILL",

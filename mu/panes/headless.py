@@ -28,12 +28,17 @@ import os
 import re
 import select
 import shlex
-import subprocess
-from typing import Dict, Optional
 
 from mu.deadline import GRACE_S, Deadline
 from mu.panes import PaneBackend, PaneError, PaneRef, panes_folder, starter
 from mu.runtime import groups, identity
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Dict, Optional
 
 # The most of a log `tail` reads back from its end.
 TAIL_BYTES = 4 << 20
@@ -61,6 +66,8 @@ class HeadlessPanes(PaneBackend):
         if deadline.expired:
             raise PaneError(f"the view of {workstream}/{name} did not start: its deadline had passed")
         spec = json.dumps({"command": command, "cwd": cwd, "env": env, "log": log}).encode() + b"\n"
+        import subprocess  # here: a read of an agent opens no view, and needs none of it
+
         launcher = subprocess.Popen(
             [*starter(), "background"],
             stdin=subprocess.PIPE,
@@ -156,6 +163,8 @@ def _read_pid(launcher: subprocess.Popen, deadline: Deadline) -> Optional[int]:
     while b"\n" not in data:
         remaining = deadline.remaining()
         if remaining <= 0:
+            import subprocess
+
             raise subprocess.TimeoutExpired(launcher.args, 0)
         ready, _, _ = select.select([fd], [], [], remaining)
         if not ready:

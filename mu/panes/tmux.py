@@ -49,11 +49,17 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from mu.deadline import Deadline
 from mu.panes import PaneBackend, PaneError, PaneRef, panes_folder, starter
+from mu.records import NamedTuple
 from mu.runtime import groups, identity
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 LABEL = "mu"
 HISTORY_LINES = 10000  # a pane's scrollback, what `tail` can reach

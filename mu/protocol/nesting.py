@@ -13,15 +13,17 @@ Standard library only, like the rest of mu.protocol.
 
 from __future__ import annotations
 
-import re
 from itertools import accumulate, repeat
 from operator import sub
 
 from mu.protocol.constants import MAX_JSON_DEPTH
 
-# a JSON string, escapes included (the unrolled form: no backtracking per character)
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# a JSON string, escapes included (the unrolled form: no backtracking per
+# character), and what is not a bracket: compiled on the first long value,
+# so a reader of short lines never imports `re`
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_NOT_BRACKET = r"[^\[\]{}]+"
+_compiled: list = []
 # an opening bracket is 2, a closing one 0: minus 1 each, a running sum is the depth
 _STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
@@ -31,7 +33,12 @@ def depth(text: str) -> int:
     that has been parsed (for any other text the count is a guess): 0 for
     a scalar, 1 for `{}` or `[1]`, 2 for `{"a": []}`.  Brackets inside
     strings do not count.  Linear in the text, with no Python loop over it."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if not _compiled:
+        import re
+
+        _compiled.extend((re.compile(_STRING), re.compile(_NOT_BRACKET)))
+    strings, not_brackets = _compiled
+    brackets = not_brackets.sub("", strings.sub("", text))
     if not brackets:
         return 0
     return max(accumulate(map(sub, brackets.encode("ascii").translate(_STEPS), repeat(1))))

@@ -10,9 +10,14 @@ endpoint's business, not this module's.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Union
-
+from mu.records import NamedTuple
 from mu.rpc import framing
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Union
 
 ERROR_KINDS = ("retryable", "permanent", "human", "unknown-outcome")
 NOTIFICATIONS = ("watch/settled", "watch/restarted")

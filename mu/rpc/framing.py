@@ -19,10 +19,15 @@ accept and produce; where the C parts are missing, those are used.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
 
 from mu.protocol.constants import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES
 from mu.protocol.nesting import deeper_than
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
 
 # protocol "Transport": at most 1 MiB a message (the newline not counted).
 MAX_LINE_BYTES = MAX_MESSAGE_BYTES

@@ -25,21 +25,25 @@ author's to see by running it, never mu's to keep.
 from __future__ import annotations
 
 import json
-import shlex
 import threading
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 import mu
 from mu import environment
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
 from mu.protocol import constants
-from mu.runtime import trace, trust
+from mu.runtime import prestart, trace, trust
 from mu.runtime.process import RUNNING, PluginProcess, Token
 from mu.runtime.supervisor import supervisor
 from mu.runtime.watches import Watch
 from mu.store.journal import Journal, journal
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 RETRIES = 3  # protocol "Errors": retryable is retried at most three times
 RETRY_PAUSES_S = (0.05, 0.2, 0.5)
@@ -97,7 +101,7 @@ class PluginClient:
         process = PluginProcess(self.name, self.argv, env, self.journal, trace.current(), self.on_stderr)
         self.process = process
         try:
-            process.start()
+            process.start(prestart.take)  # the process spawned early for this start, if one was
         except Unanswered as e:
             raise LoadRuleError(e.message, debug_hint(self.argv), detail=e.detail) from None
         try:
@@ -267,6 +271,8 @@ def debug_hint(argv: List[str], *, wrote_invalid_line: bool = False) -> str:
     wrote a line mu could not read, `MU_TRACE=<file>`, which records every
     frame, that line included.  Names no environment value: only the argv,
     which `mu plugin list` shows anyway."""
+    import shlex  # here: only a refusal's remedy needs it
+
     by_hand = f"echo {shlex.quote(handshake_line())} | {shlex.join(argv)}"
     if wrote_invalid_line:
         return f"rerun with MU_TRACE=<file> to see the lines it wrote, or run it by hand: {by_hand}"

@@ -19,7 +19,9 @@ yet read; the subject is the method); `plugin-forked` (a plugin's process
 exists, mu does not track it yet; the subject is the plugin's name);
 `delivery-claimed` (a resolution has claimed an earlier delivery's intent
 and asked nothing yet; the subject is the delivery's method);
-`task-written` (a `mu task` verb's writes are made, not yet committed; the
+`plugin-prestarted` (a plugin spawned early is adopted, the verb has not
+imported the rest of the runtime yet: mu.runtime.prestart; the plugin's
+name); `task-written` (a `mu task` verb's writes are made, not yet committed; the
 subject is the verb: add, block, unblock, claim, note, close, release,
 reject, defer);
 `collect-checked` and `final-collected` (see `mu.agents.collect`; the
@@ -35,7 +37,6 @@ the file's name).
 from __future__ import annotations
 
 import os
-import signal
 
 
 class InjectedCrash(RuntimeError):
@@ -57,6 +58,10 @@ def reach(point: str, subject: str = "") -> None:
     if how == "raise":
         raise InjectedCrash(f"crash injected at {point}")
     if how.startswith("SIG"):
+        import signal  # only here: a verb imports this module before `signal` (mu.runtime.prestart)
+
         os.kill(os.getpid(), signal.Signals[how])
         return
-    os.kill(os.getpid(), signal.SIGKILL)
+    import _signal
+
+    os.kill(os.getpid(), _signal.SIGKILL)

@@ -15,10 +15,15 @@ in use while it names a live group, so that group cannot be a new one).
 
 from __future__ import annotations
 
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
-import signal
 import time
-from typing import List, Optional
+
+# Imported before a verb spawns its plugin (mu.runtime.prestart): `typing`
+# for a checker only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 _subreaper = False
 
@@ -116,7 +121,7 @@ def kill_group(pgid: int) -> None:
     """SIGKILL every process of group `pgid`, a group mu itself started in
     this invocation and has not yet proven empty."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, _signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -199,7 +204,7 @@ def group_alive(pgid: int, leader_start_time: float) -> bool:
     return same_group(pgid, leader_start_time) and bool(members(pgid))
 
 
-def signal_recorded_group(pgid: int, leader_start_time: float, sig: int = signal.SIGKILL) -> bool:
+def signal_recorded_group(pgid: int, leader_start_time: float, sig: int = _signal.SIGKILL) -> bool:
     """Signal a group recorded by another invocation, only once proven the
     same; True when a signal was sent."""
     if not same_group(pgid, leader_start_time):

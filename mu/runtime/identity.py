@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Tuple
 
 from mu.runtime import groups
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Tuple
 
 # Start times compare within this tolerance: psutil derives them from clock
 # ticks since boot, so one process reads the same value every time.

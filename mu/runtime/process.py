@@ -41,10 +41,8 @@ once (protocol "Process").
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
 
 from mu.deadline import Deadline
 from mu.errors import Cancelled, Human, Permanent, Retryable, Unanswered, UnknownOutcome
@@ -59,6 +57,12 @@ from mu.runtime.trace import Trace
 from mu.runtime.watches import Watch
 from mu.runtime.writing import Writer
 from mu.store.journal import Journal
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
 
 __all__ = ["EXITED", "NEW", "RUNNING", "STOPPING", "STDERR_KEEP", "Handle", "PluginProcess", "Token"]
 
@@ -145,7 +149,7 @@ class PluginProcess:
         self.endpoint = Endpoint()
         self._in_flight = self.endpoint.in_flight  # its pending calls by id (read only): `not` it is "alone"
         self._first_line = FirstLine(on_stderr)
-        self._popen: Optional["subprocess.Popen[bytes]"] = None
+        self._popen: Optional[spawn.Child] = None
         self._writer: Optional[Writer] = None
         self._reader: Optional[Reader] = None
         self._stderr_fd = -1
@@ -166,11 +170,15 @@ class PluginProcess:
 
     # -- start -------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, take: Optional[Callable[[str, List[str], Dict[str, str]], Optional[spawn.Child]]] = None) -> None:
         """Start the process in its own group; raises `Unanswered` when it
         cannot be executed, `Cancelled` once mu is terminating.  A signal
         that lands during the start raises `Terminating` only once the
-        process is adopted, so `finish()` always stops it."""
+        process is adopted, so `finish()` always stops it.  `take` (the
+        client's: prestart.take) hands over a child already spawned for
+        this plugin, argv and environment, if there is one; it is called
+        inside the shield, so the child is never untracked when a signal
+        lands."""
         if supervisor.terminating:
             # protocol "Process": after the first signal no plugin starts
             raise Cancelled(f"plugin {self.name} not started: mu is terminating")
@@ -180,14 +188,28 @@ class PluginProcess:
         # tracked would never be stopped.  The shield raises `Terminating`
         # once the process is one that `finish()` stops.
         with supervisor.shield():
-            self._spawn()
+            self._spawn(take)
 
-    def _spawn(self) -> None:
-        try:
-            popen = spawn.spawn(self.argv, self.env)
-        except OSError as e:
-            self.journal.record(f"start failed: {e.strerror}", plugin=self.name)
-            raise Unanswered(f"plugin {self.name} cannot be started: {e.strerror}") from None
+    def _spawn(self, take: Optional[Callable[[str, List[str], Dict[str, str]], Optional[spawn.Child]]]) -> None:
+        # one spawned early for this very start (prestart.py), or a new one
+        popen = take(self.name, self.argv, self.env) if take is not None else None
+        if popen is None:
+            try:
+                popen = spawn.spawn(self.argv, self.env)
+            except OSError as e:
+                self.journal.record(f"start failed: {e.strerror}", plugin=self.name)
+                raise Unanswered(f"plugin {self.name} cannot be started: {e.strerror}") from None
+        self._own(popen)
+
+    def take_over(self, child: spawn.Child) -> None:
+        """Own `child`, a process prestart.py spawned and nobody took, so
+        that its stop is the one stop sequence; raises `Cancelled` when mu's
+        end came first (then it is ended at once)."""
+        with supervisor.shield(raise_deferred=False):
+            self._own(child)
+
+    def _own(self, popen: spawn.Child) -> None:
+        """From a spawned child to a RUNNING, adopted plugin process."""
         self._popen = popen
         self.pid = self.pgid = popen.pid
         crashpoints.reach("plugin-forked", self.name)
@@ -226,7 +248,7 @@ class PluginProcess:
         self.routing = False
         stopping.release_pipes(self)
 
-    def _set_up(self, popen: "subprocess.Popen[bytes]") -> None:
+    def _set_up(self, popen: spawn.Child) -> None:
         """Pipes, the reactor's registrations, RUNNING.  RUNNING comes before
         the registrations, so that a leader that exits at once is seen as a
         running plugin's exit (and stopped) whatever thread notices it; the

@@ -45,7 +45,12 @@ import selectors
 import sys
 import threading
 from time import monotonic as _monotonic
-from typing import Callable, Dict, List, Optional, Set
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Set
 
 POLL_LEADERS_S = 0.1
 # How soon a caller's stdout, left idle and disarmed, is armed again

@@ -59,13 +59,20 @@ import select
 import threading
 import time
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from mu.deadline import Deadline
 from mu.protocol.constants import STDERR_KEEP_CHARS
 from mu.rpc import envelope, framing
 from mu.rpc.endpoint import Endpoint, PendingCall
 from mu.runtime.reactor import IN, ONESHOT
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional, Protocol
+else:
+    Protocol = object  # a checker's interface; at run time a plain base
 
 if TYPE_CHECKING:
     from mu.runtime.reactor import Reactor

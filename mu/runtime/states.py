@@ -28,7 +28,12 @@ far; it moves there with the first other one.
 
 from __future__ import annotations
 
-from typing import Dict
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict
+
 
 NEW, RUNNING, STOPPING, EXITED = "new", "running", "stopping", "exited"
 

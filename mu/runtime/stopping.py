@@ -33,10 +33,8 @@ process is released from, the reactor and the group and pipe helpers.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol
 
 from mu.deadline import GRACE_S, Deadline
 from mu.errors import Unanswered
@@ -45,6 +43,14 @@ from mu.runtime import groups, spawn
 from mu.runtime.reactor import reactor
 from mu.runtime.states import EXITED, NEW, PROCESS, RUNNING, STOPPING, require
 from mu.runtime.supervisor import supervisor
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Protocol
+else:
+    Protocol = object  # a checker's interface; at run time a plain base
 
 if TYPE_CHECKING:
     from mu.rpc.endpoint import Endpoint
@@ -68,7 +74,7 @@ class Stoppable(Protocol):
     trace: Optional["Trace"]
     endpoint: "Endpoint"
     # the pipes and the descriptors the reactor watches
-    _popen: Optional["subprocess.Popen[bytes]"]
+    _popen: Optional["spawn.Child"]
     _reader: Optional["Reader"]
     _writer: Optional["Writer"]
     _stderr_fd: int

@@ -33,16 +33,26 @@ process.py and stopping.py import this module and it imports neither.
 
 from __future__ import annotations
 
+import _signal  # the `signal` module's core, built in: `signal` itself imports `enum`
+import _thread  # `threading`'s core, built in: `threading` imports `collections` and `functools`
 import atexit
 import os
-import signal
 import sys
-import threading
-from typing import List, Optional, Protocol
 
 from mu.errors import Terminating
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A verb installs this before it spawns its plugin (mu.runtime.prestart), so
+# nothing here imports `typing`, `signal` (with `enum`) or `threading` at
+# import: a checker reads the annotations, `Stoppable` is a `Protocol` for
+# it only, and the main thread is known by its ident, taken at `install()`
+# (`signal.signal` works there only).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional, Protocol
+else:
+    Protocol = object
+
+HANDLED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 
 
 class Stoppable(Protocol):
@@ -57,7 +67,7 @@ class Stoppable(Protocol):
 
 class Supervisor:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._running: List[Stoppable] = []
         self.terminating = False
         self.signum: Optional[int] = None
@@ -67,6 +77,7 @@ class Supervisor:
         self._hooked = False
         self._shield_depth = 0  # main thread only: how many shields it is inside
         self._deferred = False  # a first signal came while shielded
+        self._main_ident: Optional[int] = None  # the main thread's, once `install()` ran there
 
     # -- the registry ----------------------------------------------------------
 
@@ -111,10 +122,14 @@ class Supervisor:
 
     def install(self) -> None:
         """Install the handlers; main thread only, once per process."""
-        if self._installed or threading.current_thread() is not threading.main_thread():
+        if self._installed:
             return
-        for signum in HANDLED_SIGNALS:
-            signal.signal(signum, self._on_signal)
+        try:
+            for signum in HANDLED_SIGNALS:
+                _signal.signal(signum, self._on_signal)
+        except ValueError:
+            return  # not the main thread (mu embedded): the embedding program's signals stay its own
+        self._main_ident = _thread.get_ident()
         self._installed = True
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -152,6 +167,8 @@ class Supervisor:
         if len(processes) == 1:
             processes[0].stop(reason)
             return
+        import threading
+
         threads = [threading.Thread(target=p.stop, args=(reason,), daemon=True) for p in processes]
         for t in threads:
             t.start()
@@ -167,6 +184,8 @@ class Supervisor:
         from mu.store.journal import journal
 
         if self.signum is not None:
+            import signal
+
             journal().record(f"signal {signal.Signals(self.signum).name}: terminating")
         try:
             self._stop_everything()
@@ -178,7 +197,7 @@ class Supervisor:
         # protocol "Process": only now, every group empty, is the signal raised again
         if self.signum is not None:
             signum, self.signum = self.signum, None
-            signal.signal(signum, signal.SIG_DFL)
+            _signal.signal(signum, _signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
     def _stop_everything(self) -> None:
@@ -223,7 +242,9 @@ class _Shield:
     def __init__(self, owner: Supervisor, raise_deferred: bool) -> None:
         self._supervisor = owner
         self._raise = raise_deferred
-        self._main = threading.current_thread() is threading.main_thread()
+        # Only the main thread runs the handler; before `install()` none does
+        # (then a shield has nothing to hold back).
+        self._main = owner._main_ident is not None and _thread.get_ident() == owner._main_ident
 
     def __enter__(self) -> None:
         if self._main:

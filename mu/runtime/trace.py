@@ -15,10 +15,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Optional
 
 from mu.protocol.constants import MAX_JSON_DEPTH
 from mu.protocol.nesting import deeper_than
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 REDACTED = "<redacted>"
 

@@ -13,8 +13,19 @@ import os
 import stat
 
 from mu.errors import TrustError
-from mu.names import NAME_PATTERN, check_name  # noqa: F401 (re-exported: the trust checks' name rule)
+from mu.names import check_name  # noqa: F401 (re-exported: the trust checks' name rule)
 from mu.protocol.constants import EXECUTABLE_PREFIX
+
+
+def __getattr__(attribute: str) -> object:
+    # `NAME_PATTERN`, re-exported on first use: compiling it imports `re`,
+    # and every start runs these checks (mu.runtime.prestart before a verb
+    # has imported anything else)
+    if attribute == "NAME_PATTERN":
+        from mu.names import NAME_PATTERN
+
+        return NAME_PATTERN
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
 def check_executable(name: str, path: str) -> None:

@@ -24,12 +24,18 @@ to cancel it, goes through the `Source` interface below.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Protocol
-
 from mu.deadline import Deadline
 from mu.errors import Unanswered
 from mu.rpc.endpoint import Gate, OpenWatch
 from mu.rpc.envelope import Notification
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Protocol
+else:
+    Protocol = object  # a checker's interface; at run time a plain base
 
 
 class Source(Protocol):

@@ -30,10 +30,15 @@ import os
 import select
 import threading
 import time
-from typing import Any, Callable, Optional
 
 from mu.deadline import Deadline
 from mu.errors import Cancelled, Unanswered
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional
 
 SLICE_S = 0.05  # how often a wait for the lock or for room re-asks refuse()
 

@@ -29,16 +29,21 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional
-
 from mu.deadline import READ_TIMEOUT_S
 from mu.errors import Refused, Unanswered
+from mu.records import NamedTuple
 from mu.runtime.client import PluginClient
 from mu.runtime.watches import Watch
 from mu.schema import result_problem
 from mu.store.agents import Agent
 from mu.store.hosts import Host
 from mu.store.jobs import Job
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 TURN_STATES = ("idle", "busy", "blocked", "unknown")
 

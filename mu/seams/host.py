@@ -24,7 +24,6 @@ ready host reads `draining`.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Dict, List, NamedTuple, Optional
 
 from mu import environment
 from mu.effects import engine
@@ -33,6 +32,7 @@ from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
 from mu.errors import Human, LoadRuleError, Permanent, Refused, UsageError
 from mu.ids import uuid7
+from mu.records import NamedTuple
 from mu.runtime.client import PluginClient
 from mu.seams.fetch_template import check_template
 from mu.store import db, hosts, intents, jobs, locks, plugins
@@ -40,6 +40,12 @@ from mu.store.hosts import Host, Profile, ProviderHost
 from mu.store.intents import IntentRecord
 from mu.store.journal import journal
 from mu.store.unknown import not_found
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 # -- the policy over host records ---------------------------------------------------
 

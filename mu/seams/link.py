@@ -22,19 +22,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
-import subprocess
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 from mu.deadline import GRACE_S, Deadline
 from mu.errors import LoadRuleError, Permanent, Refused, UsageError
+from mu.records import NamedTuple
 from mu.runtime import groups
 from mu.runtime.client import PluginClient
 from mu.seams.fetch_template import FETCH_PLACEHOLDERS, check_template, render_fetch  # noqa: F401 (re-exported)
 from mu.seams.host import get, in_use, require_instance, shown_state
 from mu.store import hosts, locks, plugins
 from mu.store.hosts import Host, Profile, ProviderHost
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional
 
 DEFAULT_TIMEOUT_MS = 20_000  # protocol "Timeouts and cancel"
 DEFAULT_PROVIDER_SLOTS = 8  # a provider host with slots "mu" and no maxJobs
@@ -178,6 +182,8 @@ class Link:
         if run.exit_code != 0:
             raise Permanent(f"push to host {self.host.name} failed ({_exit_text(run)}): {_first_line(run.stderr)}")
         # protocol "The link": mu's own rev-parse check before it trusts the commit
+        import shlex
+
         check = self.exec(f"git -C {shlex.quote(remote_repo)} rev-parse --verify --quiet {rev}^{{commit}}")
         if check.exit_code != 0 or check.stdout.strip() != rev:
             raise Permanent(f"push to host {self.host.name} reported success, but {remote_repo} does not hold {rev[:12]}")
@@ -201,6 +207,8 @@ def run_template(command: str, cwd: str, timeout_ms: int) -> Run:
     has ended, the whole group is killed: the `git` and `ssh` it started
     die with it.  A helper that leaves the group (`setsid`, such as an ssh
     ControlPersist master) is left alone."""
+    import subprocess  # here: `mu host exec` needs none of it (issue 31)
+
     proc = subprocess.Popen(["sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -225,6 +233,8 @@ def _check(method: str, result: Any) -> str:
 
 
 def _git_path(repo: str, name: str) -> str:
+    import subprocess
+
     out = subprocess.run(["git", "-C", repo, "rev-parse", "--git-path", name], capture_output=True, text=True)
     if out.returncode != 0:
         raise UsageError(f"{repo} is not a git repository")

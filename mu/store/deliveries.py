@@ -26,9 +26,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import List, NamedTuple, Optional
 
+from mu.records import NamedTuple
 from mu.store import db, intents
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 KINDS = ("send", "fresh", "command", "interrupt", "abort", "answer")
 STATES = ("sending", "accepted", "not-accepted", "unknown", "closed")

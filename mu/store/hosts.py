@@ -23,11 +23,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 from mu import names
 from mu.errors import UsageError
+from mu.records import NamedTuple
 from mu.store import db, listing
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Union
 
 # A host's name: mu's name characters (`mu.names.check_name`) and at
 # most this many of them, so that it stays readable in a table, a log line
@@ -155,7 +161,10 @@ class Profile(NamedTuple):
         }
 
 
-Host = Union[ProviderHost, Profile]
+if TYPE_CHECKING:
+    Host = Union[ProviderHost, Profile]
+else:
+    Host = 'Union[ProviderHost, Profile]'  # a checker's alias: at run time only annotations name it
 
 
 def _provider(row: sqlite3.Row) -> ProviderHost:

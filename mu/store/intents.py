@@ -30,10 +30,16 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from mu.ids import uuid7
+from mu.records import NamedTuple
 from mu.store import db
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 
 def params_digest(params: Dict[str, Any]) -> str:

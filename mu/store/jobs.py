@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Dict, List, NamedTuple, Optional
 
+from mu.records import NamedTuple
 from mu.store import db
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 
 class Job(NamedTuple):

@@ -49,17 +49,22 @@ from __future__ import annotations
 import json
 import operator
 import os
-import re
 import sys
 import threading
 import time
 from time import monotonic as _monotonic
-from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mu import environment
 from mu.errors import MuError
 from mu.ids import uuid7_batch, uuid7_floor
 from mu.store import db
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 FLUSH_AFTER_S = 0.25
 # The background flusher ends after this long without an entry (the next
@@ -78,7 +83,6 @@ CALLS_PER_ROW = 16 ** _COUNT_HEX
 CALLS_ROW_SPAN_MS = 10_000
 
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mu.logentry import LogEntry as Entry
 

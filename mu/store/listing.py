@@ -118,3 +118,58 @@ def _read_no_agents() -> bool:
             conn.close()
     except Exception:
         return False
+
+
+# The plugins a verb is about to start, read before the verb has imported
+# the rest of itself (mu.runtime.prestart starts them beside its imports):
+# the SELECT of their names, and the seam the verb asks each for.
+EARLY_HOST_EXEC = ("SELECT plugin FROM hosts WHERE name = ?1 AND state = 'ready'"
+                   " UNION SELECT plugin FROM host_profiles WHERE name = ?1", "link")
+EARLY_AGENTS = ("SELECT DISTINCT j.plugin FROM agents a JOIN jobs j ON j.token = a.job"
+                " WHERE j.state = 'started'", "job")
+EARLY_AGENT = ("SELECT j.plugin FROM agents a JOIN jobs j ON j.token = a.job"
+               " WHERE j.state = 'started' AND a.workstream || '/' || a.name = ?1", "job")
+
+
+def early_plugins(query: Tuple[str, str], *args: str) -> List[Tuple[str, List[str]]]:
+    """(name, registered argv) of each plugin `query`'s SELECT names that
+    declares its seam, by name; empty whenever this read is not sure (as
+    `no_agents`: no database yet, another schema, anything sqlite reports),
+    since the verb itself then reads, starts and reports as it would
+    have.  Reads through `_sqlite3` alone, with nothing written."""
+    import os
+
+    sql, seam = query
+    try:
+        from mu import environment
+        from mu.store.migrations import LATEST
+
+        path = environment.db_path()
+        if not os.path.isfile(path):
+            return []
+        import _sqlite3
+
+        conn = _sqlite3.connect(path, isolation_level=None)
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] != LATEST:
+                return []
+            words = conn.execute(
+                f"SELECT p.name, w.value FROM plugins p, json_each(p.argv) w WHERE p.name IN ({sql})"
+                " AND json_type(p.handshake, '$.seams.' || ?9) = 'object' ORDER BY p.name, w.key",
+                _numbered(args, seam),
+            ).fetchall()
+        finally:
+            conn.close()
+    except Exception:
+        return []
+    found: dict = {}
+    for name, word in words:
+        found.setdefault(name, []).append(word)
+    return [(name, argv) for name, argv in found.items() if all(isinstance(w, str) for w in argv)]
+
+
+def _numbered(args: Tuple[str, ...], seam: str) -> tuple:
+    """The parameters of `early_plugins`' SELECT: ?1.. the query's own, ?9
+    the seam (unused numbers in between are NULL)."""
+    values = list(args) + [None] * (8 - len(args))
+    return tuple(values[:8]) + (seam,)

@@ -22,14 +22,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import time
-from typing import Iterator, Optional
 
 from mu import environment
 from mu.deadline import Deadline
 from mu.errors import Refused, StateError
 from mu.store.db import nearest_existing
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, Optional
 
 POLL_S = 0.005
 
@@ -38,6 +42,9 @@ POLL_S = 0.005
 # a listing, short enough that with the digest the name stays far below the
 # 255 bytes a file name may have.
 PREFIX_CHARS = 64
+# what a lock file's name keeps of its subject; any other character is "_"
+# (by hand, not `re`: a lock is taken on the path of `mu host exec`)
+_READABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 def file_name(subject: str) -> str:
@@ -45,7 +52,7 @@ def file_name(subject: str) -> str:
     same name, two subjects never do (128 bits of sha256 tell them apart)."""
     import hashlib  # here: OpenSSL's start-up, paid by a lock's taker only
 
-    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", subject[:PREFIX_CHARS])
+    readable = "".join(c if c in _READABLE else "_" for c in subject[:PREFIX_CHARS])
     digest = hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{readable}.{digest}.lock"
 

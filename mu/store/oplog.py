@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from mu.records import NamedTuple
 from mu.store import db
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 COLUMNS: Dict[str, Tuple[str, ...]] = {
     "tasks": ("id", "workstream", "title", "brief", "claimed_by", "created_at", "impact", "effort", "status",

@@ -12,11 +12,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from mu.errors import NotFound, Refused
+from mu.records import NamedTuple
 from mu.store import db
 from mu.store.unknown import not_found
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
 
 
 class PluginRecord(NamedTuple):
@@ -88,7 +94,10 @@ def check_argv(name: str, argv: List[str], replace: bool = False) -> None:
 
 #: Called by `register` inside its transaction, before it writes, with the
 #: connection and the handshake recorded so far; raises to refuse the write.
-ReRegisterCheck = Callable[[sqlite3.Connection, Dict[str, Any]], None]
+if TYPE_CHECKING:
+    ReRegisterCheck = Callable[[sqlite3.Connection, Dict[str, Any]], None]
+else:
+    ReRegisterCheck = 'Callable[[sqlite3.Connection, Dict[str, Any]], None]'  # a checker's alias: at run time only annotations name it
 
 
 def register(

@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from mu.records import NamedTuple
 from mu.store import db, oplog
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 STATUSES = ("open", "in-progress", "closed", "rejected", "deferred")
 FINISHED = ("closed", "rejected", "deferred")  # no longer to be worked on

@@ -22,9 +22,15 @@ delivery is accepted (mu.agents.waves).
 from __future__ import annotations
 
 import sqlite3
-from typing import List, NamedTuple, Optional
 
+from mu.records import NamedTuple
 from mu.store import db
+
+# `typing` for a checker only: its import is milliseconds of every verb that
+# calls a plugin (issue 31)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 
 class Tree(NamedTuple):
