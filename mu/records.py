@@ -57,9 +57,12 @@ class _Record(metaclass=_Maker):
     _root = True
 
 
-def NamedTuple(*args: object, **kwargs: object) -> None:  # noqa: N802 (the name it stands in for)
-    """Only as a base class (`class Row(NamedTuple): ...`)."""
-    raise TypeError("mu.records.NamedTuple is a base class only")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple  # what a checker reads: the classes are typing's kind
+else:
+    def NamedTuple(*args: object, **kwargs: object) -> None:  # noqa: N802 (the name it stands in for)
+        """Only as a base class (`class Row(NamedTuple): ...`)."""
+        raise TypeError("mu.records.NamedTuple is a base class only")
 
-
-NamedTuple.__mro_entries__ = lambda bases: (_Record,)  # type: ignore[attr-defined]
+    NamedTuple.__mro_entries__ = lambda bases: (_Record,)

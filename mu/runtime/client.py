@@ -37,6 +37,7 @@ from mu.runtime import prestart, trace, trust
 from mu.runtime.process import RUNNING, PluginProcess, Token
 from mu.runtime.supervisor import supervisor
 from mu.runtime.watches import Watch
+from mu.runtime.writing import PipeClosed
 from mu.store.journal import Journal, journal
 
 # `typing` for a checker only: its import is milliseconds of every verb that
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 RETRIES = 3  # protocol "Errors": retryable is retried at most three times
 RETRY_PAUSES_S = (0.05, 0.2, 0.5)
 PROTOCOL_RANGE = constants.PROTOCOL_RANGE
+PIPE_CLOSED_EXIT_S = 1.0  # how long a handshake that found stdin closed waits to name the plugin's exit
 
 
 class PluginClient:
@@ -126,6 +128,10 @@ class PluginClient:
                 # on import can beat the first request): the same outcome as
                 # an end while the request waited
                 raise process.ended_on_its_own() or e from None
+            except PipeClosed as e:
+                # a plugin that ended before the request was written (one
+                # spawned early can, mu.runtime.prestart): named by its exit
+                raise process.exit_once_seen(PIPE_CLOSED_EXIT_S) or e from None
         except Unanswered as e:
             # protocol "Handshake": no result within 10 s, an exit, or an
             # invalid line first.  Only stderr's first line is in `e.detail`.

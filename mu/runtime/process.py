@@ -541,6 +541,17 @@ class PluginProcess:
             return Unanswered(f"plugin {self.name} broke the protocol: {self.broken}")
         return self._exited() if self._leader_exited else None
 
+    def exit_once_seen(self, seconds: float) -> Optional[Unanswered]:
+        """For a request that found the plugin's stdin closed: what its
+        exit says (status and stderr's first line), once the leader is seen
+        gone within `seconds`; None when it still runs or mu is ending it."""
+        until = _monotonic() + seconds
+        while not self._leader_done() and _monotonic() < until:
+            self._leader_gone.wait(0.005)
+        if not self._leader_exited or supervisor.terminating:
+            return None
+        return self._exited()
+
     def _exited(self) -> Unanswered:
         """What a call gets from a leader that exited: its status, and
         stderr's first line once stderr is read to its end."""

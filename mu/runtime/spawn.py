@@ -35,7 +35,7 @@ def _restored() -> tuple:
     stays ignored across exec."""
     import _signal  # built in: no import cost
 
-    return tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(_signal, name))
+    return tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, name))
 
 
 class Pipes(tuple):

@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 SLICE_S = 0.05  # how often a wait for the lock or for room re-asks refuse()
 
 
+class PipeClosed(Unanswered):
+    """Nothing of the line was written: the plugin's end of its stdin is
+    closed, most often because it has exited (a plugin spawned early can
+    end before its first request is written: the caller may then name its
+    exit instead, `PluginProcess.exit_once_seen`)."""
+
+
 class Writer:
     """The writing end of one plugin's stdin."""
 
@@ -122,7 +129,7 @@ class Writer:
 
     def _broken_pipe(self, e: OSError, written: int) -> Unanswered:
         if written == 0:
-            return Unanswered(f"plugin {self.name} is not reading its stdin ({os.strerror(e.errno or errno.EPIPE)})")
+            return PipeClosed(f"plugin {self.name} is not reading its stdin ({os.strerror(e.errno or errno.EPIPE)})")
         return Unanswered(f"plugin {self.name} closed its stdin mid-message")
 
     def write_stopping(self, data: bytes, deadline: Deadline) -> bool:
