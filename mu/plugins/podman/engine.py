@@ -173,10 +173,11 @@ class Box:
         return None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
+           acts: bool = False, hold: bool = False) -> List[str]:
         """Run a short sh program in the container; its stdout's lines."""
         with self.session(end, cancel):
-            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel, env=self.options.env())
+            ran = runner.run(self.argv(program, args), data, hold_stdin=hold, end=end, cancel=cancel,
+                             env=self.options.env())
         lines = ran.out.decode("utf-8", "replace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()

@@ -144,7 +144,7 @@ class Connection:
         return err if isinstance(err, (sdk.Human, sdk.Permanent)) else None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
+           acts: bool = False, hold: bool = False) -> List[str]:
         """Run a short remote program and return its stdout's lines.
 
         Raises a connection's typed error when ssh failed and said why; when
@@ -152,7 +152,7 @@ class Connection:
         was cancelled: `Retryable` for a read, `UnknownOutcome` for a
         program that `acts` (it may have run)."""
         with self.session(end, cancel):
-            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel)
+            ran = runner.run(self.argv(program, args), data, hold_stdin=hold, end=end, cancel=cancel)
         lines = ran.out.decode("utf-8", "replace").split("\n")  # file bodies keep their own line breaks
         if lines and lines[-1] == "":
             lines.pop()
