@@ -362,17 +362,28 @@ class ChannelSeam:
 
     @sdk.method("channel.watch")
     def watch(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        files = self._read(call, ["turn.json"])
-        if files is None:
-            raise sdk.Permanent("the host has no such job")
+        conn, end, key = self._folder(call, READ_S)
+        inc, after = params.get("inc"), params.get("afterRuns")
+        first = None
+        if is_count(inc) and is_count(after):
+            # the turn it waits for is named: the watch's first round is
+            # the read the reply needs (one exec, not two), answered at once
+            lines = conn.op(WATCH, [job_name(key), _turn_file(inc, after), "", "0", "0"], end, call, hold=True)
+            files, seen = _watched(lines)
+            if seen is None:
+                raise sdk.Permanent("the host has no such job")
+            first = (files, seen)
+        else:
+            files = _read(conn, key, ["turn.json"], end, call)
+            if files is None:
+                raise sdk.Permanent("the host has no such job")
         turn = _turn(files)
-        inc = params.get("inc") if is_count(params.get("inc")) else (turn["incarnation"] if turn else FIRST_INCARNATION)
-        after = params.get("afterRuns")
+        if not is_count(inc):
+            inc = turn["incarnation"] if turn else FIRST_INCARNATION
         if not is_count(after):
             after = turn["runs"] if turn and turn["incarnation"] == inc else 0
-        conn, _end, key = self._folder(call, READ_S)
         watch = call.watch()
-        watch.start(_watch_turns, self.connections, conn.dest, key, inc, after)  # type: ignore[attr-defined]
+        watch.start(_watch_turns, self.connections, conn.dest, key, inc, after, first)  # type: ignore[attr-defined]
         return {"watchId": watch.id, "initial": _observation_now(files, turn), "afterRuns": after}
 
     @sdk.method("channel.receipt")
@@ -582,7 +593,13 @@ def _predict(files: Dict[str, str], delivered: Dict[str, Any]) -> int:
     return demo_turns.predict_runs(_turn(files), [m for _at, _name, m in queue], taken, delivered)
 
 
-def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int) -> None:
+def _turn_file(inc: int, after: int) -> str:
+    """The name of the turn file a watch of turn `after + 1` of `inc` waits for."""
+    return "turns/%d-%d.json" % (inc, after + 1)
+
+
+def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int,
+                 first: Optional["tuple[Dict[str, str], str]"] = None) -> None:
     """A watch's worker: one notification once turn `after + 1` of `inc`
     counts (watch/settled) or the agent runs another incarnation
     (watch/restarted); nothing after a cancel.
@@ -596,10 +613,16 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
     round, over a new connection once the old one is gone.  Past
     WATCH_ROUNDS rounds at once on one host, a watch polls with READ
     instead (every WATCH_POLL_S), so the host's sessions stay free for
-    the other calls."""
-    name = "turns/%d-%d.json" % (inc, after + 1)
+    the other calls.  `first`: what the call's own first round printed
+    (its files and sum), decided on before any other round."""
+    name = _turn_file(inc, after)
     cancelled = watch.cancelled
     seen, had = "", "0"  # nothing seen yet: the first round answers at once
+    if first is not None:
+        files, seen = first
+        had = "1" if name in files else "0"
+        if demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1), inc, after):
+            return
     while not cancelled.is_set():
         began = time.monotonic()
         end = began + WATCH_ROUND_S + READ_S
