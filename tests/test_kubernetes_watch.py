@@ -51,6 +51,15 @@ def rounds(kube: Cluster, pod: str) -> set:
     return set(kube.kubectl("exec", pod, "--", "sh", "-c", ROUNDS).stdout.split())
 
 
+def round_shells(kube: Cluster, pod: str) -> set:
+    """The rounds' own shells: those whose parent is no round (a round's
+    stdin reader and a cksum's fork are its children)."""
+    found = rounds(kube, pod)
+    parents = kube.kubectl("exec", pod, "--", "sh", "-c", "for p in %s; do echo $p $(cut -d' ' -f4 /proc/$p/stat); done"
+                           % " ".join(sorted(found)), check=False).stdout.split("\n")
+    return {line.split()[0] for line in parents if len(line.split()) == 2 and line.split()[1] not in found}
+
+
 def test_a_watch_waits_in_the_pod_and_its_cancel_ends_it_there(agent):
     from mu.deadline import Deadline
     from mu.runtime.client import PluginClient
@@ -88,3 +97,33 @@ def test_a_watch_waits_in_the_pod_and_its_cancel_ends_it_there(agent):
         assert kube.kubectl("exec", pod, "--", "sh", "-c", SLEEPS).stdout.strip() == "0"
     finally:
         client.stop()
+
+
+def test_watches_past_the_hosts_rounds_poll_and_every_one_fires(agent):
+    # each round holds one of the pod's exec sessions for up to 20 s: at
+    # most WATCH_ROUNDS of them wait in one pod at once, the others poll;
+    # every watch fires, and none is left waiting in the pod after
+    from mu.deadline import Deadline
+    from mu.plugins.shellhost.channel import WATCH_ROUNDS
+    from mu.runtime.client import PluginClient
+    from mu.runtime.watches import wait_any
+
+    kube = agent
+    [pod] = [p.split("/", 1)[1] for p in kube.pods()]
+    key = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["job"]
+    target = {"host": {"name": "box", "handle": "%s/%s" % (kube.namespace, pod)}, "job": {"kind": KIND, "key": key},
+              "agent": {"workstream": "w", "name": "a", "incarnation": 1}}
+    client = PluginClient("kubernetes", kube.plugin_argv())
+    try:
+        watches = [client.watch({"target": target, "afterRuns": 0, "inc": 1}, timeout_s=20) for _ in range(6)]
+        time.sleep(2)
+        assert len(round_shells(kube, pod)) == WATCH_ROUNDS
+        assert not any(w.fired for w in watches)
+        sent = run_mu("send", "w/a", "plant a tree", timeout=BOUND_S)
+        assert sent.returncode == 0, sent.stderr
+        for w in watches:  # the ones that waited in the pod and the ones that polled
+            assert wait_any([w], Deadline.after(30)) == [w]
+            assert w.notification is not None and w.notification.method == "watch/settled", w.error
+    finally:
+        client.stop()
+    assert rounds(kube, pod) == set()

@@ -365,7 +365,7 @@ class ChannelSeam:
         conn, end, key = self._folder(call, READ_S)
         inc, after = params.get("inc"), params.get("afterRuns")
         first = None
-        if is_count(inc) and is_count(after):
+        if is_count(inc) and is_count(after) and getattr(conn, "watch_waits", True):
             # the turn it waits for is named: the watch's first round is
             # the read the reply needs (one exec, not two), answered at once
             lines = conn.op(WATCH, [job_name(key), _turn_file(inc, after), "", "0", "0"], end, call, hold=True)
@@ -613,7 +613,8 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
     round, over a new connection once the old one is gone.  Past
     WATCH_ROUNDS rounds at once on one host, a watch polls with READ
     instead (every WATCH_POLL_S), so the host's sessions stay free for
-    the other calls.  `first`: what the call's own first round printed
+    the other calls; so does every watch over a connection whose
+    `watch_waits` is False (ssh's: a read there is cheap).  `first`: what the call's own first round printed
     (its files and sum), decided on before any other round."""
     name = _turn_file(inc, after)
     cancelled = watch.cancelled
@@ -628,8 +629,10 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
         end = began + WATCH_ROUND_S + READ_S
         files = None
         try:
-            conn = connections.get(dest, end, cancelled)
-            with _round_slot(conn.dest) as waits:
+            # a connection is made within a read's time, as before: its
+            # making holds the host's lock, and the other calls wait on it
+            conn = connections.get(dest, began + READ_S, cancelled)
+            with _round_slot(conn.dest, getattr(conn, "watch_waits", True)) as waits:
                 if waits:
                     lines = conn.op(WATCH, [job_name(key), name, seen, had, str(WATCH_ROUND_S * 10)], end,
                                     cancelled, hold=True)
@@ -643,9 +646,15 @@ def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, af
         if files is not None and demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1),
                                                        inc, after):
             return
-        # a round that did not wait on the host (a cut, a folder gone, a
-        # poll) takes at least WATCH_POLL_S: never a loop of commands
-        cancelled.wait(max(0.0, began + WATCH_POLL_S - time.monotonic()))
+        if files is None:
+            # a host that cannot be read: WATCH_POLL_S before the next try,
+            # however long this one took, so the calls waiting to connect
+            # to the host (its lock, which a connect holds) get their turn
+            cancelled.wait(WATCH_POLL_S)
+        else:
+            # a round that did not wait on the host (a folder gone, a poll)
+            # takes at least WATCH_POLL_S: never a loop of commands
+            cancelled.wait(max(0.0, began + WATCH_POLL_S - time.monotonic()))
 
 
 def _watched(lines: List[str]) -> "tuple[Dict[str, str], Optional[str]]":
@@ -667,13 +676,14 @@ class _round_slot:
     """One of the WATCH_ROUNDS slots of host `dest`, when one is free (the
     context's value: True); else False, and the watch polls this time."""
 
-    def __init__(self, dest: str) -> None:
+    def __init__(self, dest: str, waits: bool = True) -> None:
         with _ROUNDS_LOCK:
             self.slots = _ROUNDS.setdefault(dest, threading.BoundedSemaphore(WATCH_ROUNDS))
+        self.waits = waits
         self.held = False
 
     def __enter__(self) -> bool:
-        self.held = self.slots.acquire(blocking=False)
+        self.held = self.waits and self.slots.acquire(blocking=False)
         return self.held
 
     def __exit__(self, *exc: Any) -> None:

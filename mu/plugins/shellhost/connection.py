@@ -31,6 +31,9 @@ class Connection(Protocol):
 
     dest: str  # the host's name, in messages and in git's `<dest>:<path>`
     options: Options
+    # optional: False makes the channel's watch poll its files (READ) rather
+    # than wait on the host (WATCH); True when the attribute is missing
+    watch_waits: bool
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
         """The command line that runs sh `program` on the host, with the

@@ -99,6 +99,12 @@ def remote_command(program: str, work: str, args: Sequence[str]) -> str:
 class Connection:
     """How to reach one destination: the client argv, through a master."""
 
+    # the channel's watch polls over ssh (shellhost.channel, WATCH): a read
+    # is a session on the master, cheap, and a round that waits on the host
+    # holds one across a cut link, which held up the plugin's exit after
+    # the cut (tests/test_ssh_cut.py) past mu's grace
+    watch_waits = False
+
     def __init__(self, options: Options, dest: str, control_path: Optional[str], master: Optional[subprocess.Popen]):
         self.options = options
         self.dest = dest
