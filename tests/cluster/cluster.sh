@@ -17,6 +17,12 @@
 # - status: exit 0 when the API answers, 1 when it does not.
 # - env: sh lines that point kubectl at the cluster (KUBECONFIG, PATH).
 #
+# start and stop hold an exclusive flock(1) on <folder>.lock for their
+# whole run, so two of them never interleave (a stop still tearing down
+# would kill the containerd of a start begun meanwhile); the second waits.
+# The daemons get the lock's descriptor closed: a daemon that kept it
+# would hold the lock for as long as the cluster runs.
+#
 # Everything listens on 127.0.0.1 only; no image comes from a registry;
 # the host's iptables are not touched (no kube-proxy, no masquerade).
 # Needs root.
@@ -35,7 +41,7 @@ up() { [ -x "$D/bin/kubectl" ] && [ -s "$D/admin.conf" ] && kc get --raw /readyz
 # A daemon in a session of its own, its log and pid under $D.
 daemon() {
     name=$1; shift
-    setsid "$@" </dev/null >"$D/log/$name.log" 2>&1 &
+    setsid "$@" </dev/null >"$D/log/$name.log" 2>&1 9>&- &
     echo $! >"$D/run/$name.pid"
 }
 
@@ -272,9 +278,19 @@ stop() {
     log "stopped"
 }
 
+# Hold the lock beside the folder (fd 9) until the script exits.
+locked() {
+    mkdir -p "$(dirname "$D")"
+    exec 9>"$D.lock"
+    if ! flock -n 9; then
+        log "another start or stop holds $D.lock: waiting for it"
+        flock 9
+    fi
+}
+
 case $verb in
-    start) start ;;
-    stop) stop ;;
+    start) locked; start ;;
+    stop) locked; stop ;;
     status) up ;;
     env) printf 'export KUBECONFIG=%s\nexport PATH=%s/bin:$PATH\n' "$D/admin.conf" "$D" ;;
     *) echo "usage: tests/cluster/cluster.sh start|stop|status|env [<folder>]" >&2; exit 2 ;;

@@ -61,6 +61,7 @@ import time
 
 from mu import sdk
 from mu.plugins.kubernetes.kube import CONTAINER, NAMESPACE, Options, Pod, first_line, get_json, kubectl, split_handle
+from mu.plugins.shellhost import boxes
 from mu.plugins.shellhost.job import call_end
 
 TYPE_CHECKING = False
@@ -70,9 +71,7 @@ if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start
 ACQUIRE_PARAMS = ("image", "cpu", "memory", "namespace", "serviceAccount", "pull", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
 PREFIX = "mu.io/"
-DIGITS = re.compile(r"[0-9]{1,15}\Z")
 QUANTITY = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
 ACCOUNT = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 PULL = ("IfNotPresent", "Always", "Never")
 EFFECT_S = 50.0  # inside mu's effect timeout: a first pod on a node may pull its image
@@ -106,7 +105,7 @@ class HostSeam:
     @sdk.method("host.acquire")
     def acquire(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = _key(params)
+        key = boxes.key(params)
         wanted = _acquire_params(params.get("params"))
         from mu.sdk.effects import params_digest
 
@@ -206,7 +205,7 @@ class HostSeam:
     @sdk.method("host.lookup")
     def lookup(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = _key(params)
+        key = boxes.key(params)
         end = call_end(call, READ_S)
         try:
             found = self._find(key, end, call)
@@ -289,7 +288,7 @@ class HostSeam:
 
     @sdk.method("host.release")
     def release(self, params: Dict[str, Any], call: Any) -> None:
-        key = _key(params)
+        key = boxes.key(params)
         given = self._host_target(call).get("handle")
         end = call_end(call, EFFECT_S)
         if given is not None:
@@ -436,30 +435,12 @@ def _result(found: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _same(found: Dict[str, Any], key: str, digest: str) -> Dict[str, Any]:
-    notes = _annotations(found)
-    if notes.get("key") != key:
-        raise sdk.Permanent("pod %s carries another key than %s" % (found["metadata"].get("name"), key))
-    if notes.get("params") != digest:
-        raise sdk.Permanent("key %s was acquired with other params; a key acquires one host" % key)
+    boxes.same(_annotations(found), "pod %s" % found["metadata"].get("name"), key, digest)
     return _result(found)
 
 
-def _key(params: Dict[str, Any]) -> str:
-    key = params.get("key")
-    if not isinstance(key, str) or not key:
-        raise sdk.Permanent("the call needs a key")
-    return key
-
-
 def _acquire_params(given: Any) -> Dict[str, Any]:
-    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
-        raise sdk.Permanent("params must map names to strings")
-    unknown = sorted(set(given) - set(ACQUIRE_PARAMS))
-    if unknown:
-        raise sdk.Permanent("unknown --param %s (this plugin knows %s)" % (", ".join(unknown), ", ".join(ACQUIRE_PARAMS)))
-    if "image" not in given or not IMAGE.match(given["image"]):
-        raise sdk.Permanent("--param image=<image> is required (a name the cluster's nodes can pull or have)")
-    wanted: Dict[str, Any] = {"image": given["image"]}
+    wanted = boxes.acquire_params(given, ACQUIRE_PARAMS, "a name the cluster's nodes can pull or have")
     for name, form, what in (("cpu", QUANTITY, "a quantity such as 500m or 2"),
                              ("memory", QUANTITY, "a quantity such as 512Mi"),
                              ("namespace", NAMESPACE, "a namespace's name"),
@@ -472,9 +453,4 @@ def _acquire_params(given: Any) -> Dict[str, Any]:
         if given["pull"] not in PULL:
             raise sdk.Permanent("--param pull is one of %s, not %s" % (", ".join(PULL), given["pull"]))
         wanted["pull"] = given["pull"]
-    for name, least in (("ttl_ms", 1000), ("max_jobs", 0)):
-        if name in given:
-            if not DIGITS.match(given[name]) or int(given[name]) < least:
-                raise sdk.Permanent("--param %s must be a whole number of at least %d" % (name, least))
-            wanted[name] = int(given[name])
     return wanted

@@ -24,29 +24,27 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shlex
 import threading
-import time
 from collections import namedtuple
 
 from mu import sdk
-from mu.plugins.shellhost import runner
+from mu.plugins.shellhost import boxes, runner
+from mu.plugins.shellhost.boxes import first_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start (tests/test_plugin_imports.py)
-    from typing import Any, Dict, Iterator, List, Optional, Sequence
+    from typing import Any, Dict, List, Optional, Sequence
 
 DEFAULT_WORK = "/mu"
 CONTAINER = "agent"  # the one container of a pod this plugin makes
 # a handle: <namespace>/mu-<20 hex> (see host.pod_name)
 HANDLE = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(mu-[0-9a-f]{20})\Z")
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-SESSIONS = 16  # exec streams one plugin process keeps open to a pod at once
 ENV_KEPT = ("PATH", "HOME", "KUBECONFIG", "LANG", "LC_ALL", "TMPDIR", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
             "https_proxy", "http_proxy", "no_proxy", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
 REQUEST_TIMEOUT = "10s"
@@ -124,30 +122,20 @@ def split_handle(handle: Any) -> "tuple[str, str]":
     return match.group(1), match.group(3)
 
 
-class Pod:
-    """One pod, as the shared seams use a connection."""
+class Pod(boxes.ExecBox):
+    """One pod, as the shared seams use a connection (`boxes.ExecBox`)."""
+
+    kind = "pod"
+    exec_word = "kubectl"
 
     def __init__(self, options: Options, namespace: str, name: str) -> None:
+        super().__init__()
         self.options = options
         self.namespace = namespace
         self.dest = name
-        self._sessions = threading.BoundedSemaphore(SESSIONS)
 
     def exec_words(self) -> List[str]:
         return self.options.command("--namespace", self.namespace, "exec", "-i", self.dest, "-c", CONTAINER, "--")
-
-    @contextlib.contextmanager
-    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
-        while not self._sessions.acquire(timeout=0.05):
-            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
-                raise sdk.Retryable("all %d exec sessions of pod %s are busy" % (SESSIONS, self.dest))
-        try:
-            yield
-        finally:
-            self._sessions.release()
-
-    def alive(self) -> bool:
-        return True
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
         return self.exec_words() + ["sh", "-c", program, "mu-kube", self.options.work, *args]
@@ -173,30 +161,8 @@ class Pod:
             return sdk.Permanent("pod %s is not running: %s" % (self.dest, said))
         return None
 
-    def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
-        """Run a short sh program in the pod; its stdout's lines."""
-        with self.session(end, cancel):
-            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel, env=self.options.env())
-        lines = ran.out.decode("utf-8", "replace").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        if ran.ended == "exit" and ran.code == 0:
-            return lines
-        said = ran.err.decode("utf-8", "replace").strip()
-        if ran.ended == "exit" and not lines:
-            err = self.broken(ran.code, said)
-            if err is not None:
-                raise err
-        if ran.ended == "exit" and lines:
-            return lines  # the program answered; its status is the shell's
-        why = {"exit": "kubectl exec failed: %s" % (first_line(said) or "status %s" % ran.code),
-               "timeout": "pod %s did not answer in time" % self.dest}.get(ran.ended, "cancelled")
-        if acts:
-            raise sdk.UnknownOutcome(why)
-        if ran.ended == "cancel":
-            raise sdk.Cancelled(why)
-        raise sdk.Retryable(why)
+    def refused(self, code: Optional[int], said: str, lines: List[str]) -> Optional[sdk.PluginError]:
+        return None if lines else self.broken(code, said)
 
 
 class Pods:
@@ -227,13 +193,6 @@ class Pods:
 
 def last_line(text: str) -> str:
     for line in reversed(text.splitlines()):
-        if line.strip():
-            return line.strip()[:400]
-    return ""
-
-
-def first_line(text: str) -> str:
-    for line in text.splitlines():
         if line.strip():
             return line.strip()[:400]
     return ""

@@ -30,24 +30,23 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import shlex
 import sys
 import threading
-import time
 from collections import namedtuple
 
 from mu import sdk
-from mu.plugins.shellhost import runner
+from mu.plugins.shellhost import boxes, runner
+from mu.plugins.shellhost.boxes import first_line
 
 # typing for the checker only: the plugin reaches its handshake without
 # importing it (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List, Optional, Sequence
+    from typing import Any, Dict, List, Optional, Sequence
 
 DEFAULT_WORK = "/mu"
 BOX_MOUNT = "/run/mu-exec"  # where a container sees its folder of the plugin's
@@ -56,7 +55,6 @@ SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 ENGINES = ("podman", "docker")
 # a container this plugin makes: mu- and 20 hex (see host.box_name)
 BOX_NAME = re.compile(r"mu-[0-9a-f]{20}\Z")
-SESSIONS = 16  # exec sessions one container carries at once (slots "self")
 ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
             "DOCKER_HOST", "CONTAINER_HOST")
 # what the engine prints when the container is not there, or not running
@@ -120,23 +118,16 @@ def missing(text: str) -> bool:
     return any(m in low for m in MISSING)
 
 
-class Box:
-    """One container, as the SSH seams use a connection."""
+class Box(boxes.ExecBox):
+    """One container, as the shared seams use a connection (`boxes.ExecBox`)."""
+
+    kind = "container"
 
     def __init__(self, options: Options, name: str) -> None:
+        super().__init__()
         self.options = options
         self.dest = name
-        self._sessions = threading.BoundedSemaphore(SESSIONS)
-
-    @contextlib.contextmanager
-    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
-        while not self._sessions.acquire(timeout=0.05):
-            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
-                raise sdk.Retryable("all %d exec sessions of %s are busy" % (SESSIONS, self.dest))
-        try:
-            yield
-        finally:
-            self._sessions.release()
+        self.exec_word = options.engine
 
     def way(self) -> str:
         """How calls reach the container: `server` (its exec server
@@ -146,9 +137,6 @@ class Box:
         if os.path.exists(os.path.join(folder, "sock")) and not os.path.exists(os.path.join(folder, "engine")):
             return "server"
         return "engine"
-
-    def alive(self) -> bool:
-        return True
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
         client = client_argv(self.options, self.options.box_folder(self.dest), self.dest)
@@ -172,28 +160,10 @@ class Box:
         the engine's own failures share the statuses of the program's."""
         return None
 
-    def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
-        """Run a short sh program in the container; its stdout's lines."""
-        with self.session(end, cancel):
-            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel, env=self.options.env())
-        lines = ran.out.decode("utf-8", "replace").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        if ran.ended == "exit" and ran.code == 0:
-            return lines
-        said = ran.err.decode("utf-8", "replace").strip()
-        if ran.ended == "exit" and missing(said):
-            raise sdk.Permanent("container %s is not running: %s" % (self.dest, first_line(said)))
-        if ran.ended == "exit" and lines:
-            return lines  # the program answered; its status is the shell's
-        why = {"exit": "%s exec failed: %s" % (self.options.engine, first_line(said) or "status %s" % ran.code),
-               "timeout": "container %s did not answer in time" % self.dest}.get(ran.ended, "cancelled")
-        if acts:
-            raise sdk.UnknownOutcome(why)
-        if ran.ended == "cancel":
-            raise sdk.Cancelled(why)
-        raise sdk.Retryable(why)
+    def refused(self, code: Optional[int], said: str, lines: List[str]) -> Optional[sdk.PluginError]:
+        if missing(said):
+            return sdk.Permanent("container %s is not running: %s" % (self.dest, first_line(said)))
+        return None
 
 
 class Boxes:
@@ -216,10 +186,3 @@ class Boxes:
 
     def close(self) -> None:
         pass
-
-
-def first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:400]
-    return ""

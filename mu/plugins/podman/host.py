@@ -56,6 +56,7 @@ import time
 
 from mu import sdk
 from mu.plugins.podman.engine import BOX_MOUNT, SERVER, Box, Options, engine_run, first_line
+from mu.plugins.shellhost import boxes
 from mu.plugins.shellhost.job import call_end
 
 # typing for the checker only: the plugin reaches its handshake without
@@ -67,11 +68,9 @@ if TYPE_CHECKING:
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
 LABEL = "io.mu"  # the labels' prefix
-DIGITS = re.compile(r"[0-9]{1,15}\Z")
 CPUS = re.compile(r"[0-9]{1,4}(\.[0-9]{1,3})?\Z")
 MEMORY = re.compile(r"[0-9]{1,12}[bkmgBKMG]?\Z")
 NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}\Z")
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
 EFFECT_S = 50.0  # inside mu's effect timeout: a first run may unpack an image
 READ_S = 8.0
 # The container's first process: the exec server (execd.py) under the
@@ -101,7 +100,7 @@ class HostSeam:
     @sdk.method("host.acquire")
     def acquire(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = _key(params)
+        key = boxes.key(params)
         wanted = _acquire_params(params.get("params"))
         from mu.sdk.effects import params_digest
 
@@ -208,7 +207,7 @@ class HostSeam:
     @sdk.method("host.lookup")
     def lookup(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = _key(params)
+        key = boxes.key(params)
         name = box_name(self.options.instance(), key)
         try:
             found = self._inspect(name, call_end(call, READ_S), call)
@@ -255,7 +254,7 @@ class HostSeam:
 
     @sdk.method("host.release")
     def release(self, params: Dict[str, Any], call: Any) -> None:
-        key = _key(params)
+        key = boxes.key(params)
         name = box_name(self.options.instance(), key)
         given = self._host_target(call).get("handle")
         if given is not None and given != name:
@@ -371,38 +370,15 @@ def _result(found: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _same(found: Dict[str, Any], key: str, digest: str) -> Dict[str, Any]:
-    labels = _labels(found)
-    if labels.get("key") != key:
-        raise sdk.Permanent("container %s carries another key than %s" % (found.get("Name"), key))
-    if labels.get("params") != digest:
-        raise sdk.Permanent("key %s was acquired with other params; a key acquires one host" % key)
+    boxes.same(_labels(found), "container %s" % found.get("Name"), key, digest)
     return _result(found)
 
 
-def _key(params: Dict[str, Any]) -> str:
-    key = params.get("key")
-    if not isinstance(key, str) or not key:
-        raise sdk.Permanent("the call needs a key")
-    return key
-
-
 def _acquire_params(given: Any) -> Dict[str, Any]:
-    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
-        raise sdk.Permanent("params must map names to strings")
-    unknown = sorted(set(given) - set(ACQUIRE_PARAMS))
-    if unknown:
-        raise sdk.Permanent("unknown --param %s (this plugin knows %s)" % (", ".join(unknown), ", ".join(ACQUIRE_PARAMS)))
-    if "image" not in given or not IMAGE.match(given["image"]):
-        raise sdk.Permanent("--param image=<image> is required (a name or id the engine knows)")
-    wanted: Dict[str, Any] = {"image": given["image"]}
+    wanted = boxes.acquire_params(given, ACQUIRE_PARAMS, "a name or id the engine knows")
     for name, form in (("cpus", CPUS), ("memory", MEMORY), ("network", NETWORK)):
         if name in given:
             if not form.match(given[name]):
                 raise sdk.Permanent("--param %s=%s is not a value the engine takes" % (name, given[name]))
             wanted[name] = given[name]
-    for name, least in (("ttl_ms", 1000), ("max_jobs", 0)):
-        if name in given:
-            if not DIGITS.match(given[name]) or int(given[name]) < least:
-                raise sdk.Permanent("--param %s must be a whole number of at least %d" % (name, least))
-            wanted[name] = int(given[name])
     return wanted

@@ -12,8 +12,9 @@ when it does not (the second records the predicted result).
 
 Capabilities, as the local provider's: send (followUp and steer: native),
 interrupt and abort (native), fresh (in-place), answer and command, an
-exact `receipt` and an exact `dedupe`, a streamed `watch` (the plugin
-polls turn.json over the connection), full settle text.
+exact `receipt` and an exact `dedupe`, a streamed `watch` (a program on
+the host waits for the turn, one round trip per change of turn.json or
+per WATCH_ROUND_S: `_watch_turns`), full settle text.
 
 What a caller may rely on:
 
@@ -49,6 +50,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from mu import sdk
@@ -72,7 +74,9 @@ REPLY_MARGIN_S = 1.0  # what the wait leaves of the call's time for the rest of 
 # command, abort and answer carry no msgId (protocol "The channel"): the same
 # params inside this window are one delivery (as the local provider's)
 PARAMS_WINDOW_MS = 600000
-WATCH_POLL_S = 0.3
+WATCH_POLL_S = 0.3  # the least a watch's round takes when it does not wait on the host (a cut, a poll)
+WATCH_ROUND_S = 20  # how long one watch round waits on the host before the plugin asks again
+WATCH_ROUNDS = 4  # watch rounds one host carries at once; a watch past them polls
 MARK = "\x02F "  # not a line boundary for str.splitlines, unlike \x1e
 
 # Print each named file (a name ending in "/": each *.json in that folder)
@@ -92,6 +96,48 @@ for p in "$@"; do
   esac
 done
 '''
+
+# A watch's round (protocol "The channel": the streamed watch), waiting
+# on the host so the plugin starts one program per change, not one per
+# poll: it looks every 0.2 s (1 s where sleep takes whole seconds only),
+# for at most the bound, and ends as soon as the turn file exists (when
+# the worker had not seen it) or turn.json's cksum differs from the one
+# the worker saw ("" for none: the round answers at once; "-": no
+# turn.json).  Then it prints "here", "sum <the cksum>" (taken before the
+# files are read: a change between the two only makes the next round
+# answer at once) and the two files in READ's format; "gone" when the job
+# folder is not there.  stdin: nothing, held open by the plugin: its end
+# (the watch was cancelled, the plugin or its connection is gone) ends
+# the round at once, its sleep with it.  Arguments: k, the turn file's
+# name, the cksum seen, whether the turn file was seen (1 or 0), the bound
+# in tenths of a second.
+WATCH = remote.PRELUDE + r"""
+J=$W/jobs/$1; name=$2; seen=$3; had=$4; left=$5
+[ -d "$J" ] || { echo gone; exit 0; }
+sp=
+trap 'kill "$sp" 2>/dev/null; exit 0' TERM HUP
+exec 3<&0 0</dev/null
+( while IFS= read -r mu_l; do :; done; kill -TERM $$ ) <&3 >/dev/null 2>&1 &
+rd=$!
+exec 3<&-
+mu_sum() { s=$(cksum < "$J/turn.json" 2>/dev/null) || s=-; [ -n "$s" ] || s=-; }
+step=2
+while [ -d "$J" ]; do
+  [ "$had" = 0 ] && [ -f "$J/$name" ] && break
+  mu_sum; [ "$s" = "$seen" ] || break
+  [ "$left" -gt 0 ] || break
+  if [ "$step" = 2 ]; then sleep 0.2 2>/dev/null & sp=$!; else sleep 1 & sp=$!; fi
+  wait "$sp" || step=10
+  sp=; left=$((left - step))
+done
+kill "$rd" 2>/dev/null
+[ -d "$J" ] || { echo gone; exit 0; }
+echo here
+mu_sum; echo "sum $s"
+for p in turn.json "$name"; do
+  if [ -f "$J/$p" ]; then printf '\002F %s\n' "$p"; cat -- "$J/$p"; printf '\n\002E\n'; fi
+done
+"""
 
 LOCK = r'''
 exec 9>"$J/.channel.lock"
@@ -316,17 +362,28 @@ class ChannelSeam:
 
     @sdk.method("channel.watch")
     def watch(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
-        files = self._read(call, ["turn.json"])
-        if files is None:
-            raise sdk.Permanent("the host has no such job")
+        conn, end, key = self._folder(call, READ_S)
+        inc, after = params.get("inc"), params.get("afterRuns")
+        first = None
+        if is_count(inc) and is_count(after) and getattr(conn, "watch_waits", True):
+            # the turn it waits for is named: the watch's first round is
+            # the read the reply needs (one exec, not two), answered at once
+            lines = conn.op(WATCH, [job_name(key), _turn_file(inc, after), "", "0", "0"], end, call, hold=True)
+            files, seen = _watched(lines)
+            if seen is None:
+                raise sdk.Permanent("the host has no such job")
+            first = (files, seen)
+        else:
+            files = _read(conn, key, ["turn.json"], end, call)
+            if files is None:
+                raise sdk.Permanent("the host has no such job")
         turn = _turn(files)
-        inc = params.get("inc") if is_count(params.get("inc")) else (turn["incarnation"] if turn else FIRST_INCARNATION)
-        after = params.get("afterRuns")
+        if not is_count(inc):
+            inc = turn["incarnation"] if turn else FIRST_INCARNATION
         if not is_count(after):
             after = turn["runs"] if turn and turn["incarnation"] == inc else 0
-        conn, _end, key = self._folder(call, READ_S)
         watch = call.watch()
-        watch.start(_watch_turns, self.connections, conn.dest, key, inc, after)  # type: ignore[attr-defined]
+        watch.start(_watch_turns, self.connections, conn.dest, key, inc, after, first)  # type: ignore[attr-defined]
         return {"watchId": watch.id, "initial": _observation_now(files, turn), "afterRuns": after}
 
     @sdk.method("channel.receipt")
@@ -536,23 +593,102 @@ def _predict(files: Dict[str, str], delivered: Dict[str, Any]) -> int:
     return demo_turns.predict_runs(_turn(files), [m for _at, _name, m in queue], taken, delivered)
 
 
-def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int) -> None:
+def _turn_file(inc: int, after: int) -> str:
+    """The name of the turn file a watch of turn `after + 1` of `inc` waits for."""
+    return "turns/%d-%d.json" % (inc, after + 1)
+
+
+def _watch_turns(watch: Any, connections: Any, dest: str, key: str, inc: int, after: int,
+                 first: Optional["tuple[Dict[str, str], str]"] = None) -> None:
     """A watch's worker: one notification once turn `after + 1` of `inc`
     counts (watch/settled) or the agent runs another incarnation
-    (watch/restarted); nothing after a cancel.  A host that cannot be read
-    (a cut network) is read again at the next poll, over a new connection
-    once the old one is gone."""
-    while not watch.cancelled.is_set():
-        name = "turns/%d-%d.json" % (inc, after + 1)
+    (watch/restarted); nothing after a cancel.
+
+    Each round is one program on the host (WATCH) that waits there until
+    the turn file appears or turn.json changes from what the last round
+    saw, or WATCH_ROUND_S pass; the decision is tell_watch's, on what it
+    printed, and an undecided round starts the next.  A cancel kills the
+    round's command, and the end of its stdin ends the program on the host.
+    A host that cannot be read (a cut network) is read again at the next
+    round, over a new connection once the old one is gone.  Past
+    WATCH_ROUNDS rounds at once on one host, a watch polls with READ
+    instead (every WATCH_POLL_S), so the host's sessions stay free for
+    the other calls; so does every watch over a connection whose
+    `watch_waits` is False (ssh's: a read there is cheap).  `first`: what the call's own first round printed
+    (its files and sum), decided on before any other round."""
+    name = _turn_file(inc, after)
+    cancelled = watch.cancelled
+    seen, had = "", "0"  # nothing seen yet: the first round answers at once
+    if first is not None:
+        files, seen = first
+        had = "1" if name in files else "0"
+        if demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1), inc, after):
+            return
+    while not cancelled.is_set():
+        began = time.monotonic()
+        end = began + WATCH_ROUND_S + READ_S
+        files = None
         try:
-            end = time.monotonic() + READ_S
-            files = _read(connections.get(dest, end, watch.cancelled), key, ["turn.json", name], end, watch) or {}
+            # a connection is made within a read's time, as before: its
+            # making holds the host's lock, and the other calls wait on it
+            conn = connections.get(dest, began + READ_S, cancelled)
+            with _round_slot(conn.dest, getattr(conn, "watch_waits", True)) as waits:
+                if waits:
+                    lines = conn.op(WATCH, [job_name(key), name, seen, had, str(WATCH_ROUND_S * 10)], end,
+                                    cancelled, hold=True)
+                    files, sum_line = _watched(lines)
+                    if sum_line is not None:
+                        seen, had = sum_line, "1" if name in files else "0"
+                else:
+                    files = _read(conn, key, ["turn.json", name], min(end, began + READ_S), cancelled) or {}
         except sdk.PluginError:
             files = None
-        if files is not None:
-            if demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1), inc, after):
-                return
-        watch.cancelled.wait(WATCH_POLL_S)
+        if files is not None and demo_turns.tell_watch(watch, _turn(files), _settled(files, name, inc, after + 1),
+                                                       inc, after):
+            return
+        if files is None:
+            # a host that cannot be read: WATCH_POLL_S before the next try,
+            # however long this one took, so the calls waiting to connect
+            # to the host (its lock, which a connect holds) get their turn
+            cancelled.wait(WATCH_POLL_S)
+        else:
+            # a round that did not wait on the host (a folder gone, a poll)
+            # takes at least WATCH_POLL_S: never a loop of commands
+            cancelled.wait(max(0.0, began + WATCH_POLL_S - time.monotonic()))
+
+
+def _watched(lines: List[str]) -> "tuple[Dict[str, str], Optional[str]]":
+    """What a WATCH round printed: its files (none when the job folder is
+    gone), and the turn.json sum it saw (None: none was printed)."""
+    head = lines[0] if lines else ""
+    if head == "gone":
+        return {}, None
+    if head != "here" or len(lines) < 2 or not lines[1].startswith("sum "):
+        raise sdk.Retryable("the host answered %r" % head[:200])
+    return _files("\n".join(lines[2:])), lines[1][len("sum "):]
+
+
+_ROUNDS: Dict[str, Any] = {}  # each host's slots, by its dest
+_ROUNDS_LOCK = threading.Lock()
+
+
+class _round_slot:
+    """One of the WATCH_ROUNDS slots of host `dest`, when one is free (the
+    context's value: True); else False, and the watch polls this time."""
+
+    def __init__(self, dest: str, waits: bool = True) -> None:
+        with _ROUNDS_LOCK:
+            self.slots = _ROUNDS.setdefault(dest, threading.BoundedSemaphore(WATCH_ROUNDS))
+        self.waits = waits
+        self.held = False
+
+    def __enter__(self) -> bool:
+        self.held = self.waits and self.slots.acquire(blocking=False)
+        return self.held
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.held:
+            self.slots.release()
 
 
 # -- the turn files --------------------------------------------------------------

@@ -31,6 +31,9 @@ class Connection(Protocol):
 
     dest: str  # the host's name, in messages and in git's `<dest>:<path>`
     options: Options
+    # optional: False makes the channel's watch poll its files (READ) rather
+    # than wait on the host (WATCH); True when the attribute is missing
+    watch_waits: bool
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
         """The command line that runs sh `program` on the host, with the
@@ -38,11 +41,13 @@ class Connection(Protocol):
         ...
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
+           acts: bool = False, hold: bool = False) -> List[str]:
         """Run a short sh program on the host (stdin: `data`) by `end`; its
         stdout's lines.  Raises the typed error when it cannot: `acts` says
         the program changes the host, so a failure after it may have run is
-        `UnknownOutcome`, never `Retryable`."""
+        `UnknownOutcome`, never `Retryable`.  `hold` keeps the program's
+        stdin open until it ends (`runner.run`'s hold_stdin): the end of
+        it on the host says the plugin gave up (a cancel, its end)."""
         ...
 
     def session(self, end: float, cancel: Any = None) -> ContextManager[None]:

@@ -99,6 +99,12 @@ def remote_command(program: str, work: str, args: Sequence[str]) -> str:
 class Connection:
     """How to reach one destination: the client argv, through a master."""
 
+    # the channel's watch polls over ssh (shellhost.channel, WATCH): a read
+    # is a session on the master, cheap, and a round that waits on the host
+    # holds one across a cut link, which held up the plugin's exit after
+    # the cut (tests/test_ssh_cut.py) past mu's grace
+    watch_waits = False
+
     def __init__(self, options: Options, dest: str, control_path: Optional[str], master: Optional[subprocess.Popen]):
         self.options = options
         self.dest = dest
@@ -144,7 +150,7 @@ class Connection:
         return err if isinstance(err, (sdk.Human, sdk.Permanent)) else None
 
     def op(self, program: str, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"",
-           acts: bool = False) -> List[str]:
+           acts: bool = False, hold: bool = False) -> List[str]:
         """Run a short remote program and return its stdout's lines.
 
         Raises a connection's typed error when ssh failed and said why; when
@@ -152,7 +158,7 @@ class Connection:
         was cancelled: `Retryable` for a read, `UnknownOutcome` for a
         program that `acts` (it may have run)."""
         with self.session(end, cancel):
-            ran = runner.run(self.argv(program, args), data, end=end, cancel=cancel)
+            ran = runner.run(self.argv(program, args), data, hold_stdin=hold, end=end, cancel=cancel)
         lines = ran.out.decode("utf-8", "replace").split("\n")  # file bodies keep their own line breaks
         if lines and lines[-1] == "":
             lines.pop()
