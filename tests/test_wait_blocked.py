@@ -165,6 +165,30 @@ def test_all_counts_every_agent_from_the_wait_s_start(world):
     assert [(r.agent, r.event) for r in seen] == [("ws/a", "blocked"), ("ws/b", "settled")]
 
 
+def test_all_sets_each_agent_up_once_for_every_round(world):
+    """The rounds of one `--all` share their plugin and each agent's
+    watch: three agents, three events, one plugin start, one
+    `channel.watch` and one first `job.status` each (before, every round
+    started the plugin again and set every agent left up anew)."""
+    for name in ("ws/a", "ws/b", "ws/c"):
+        world.agent(name, runs=0, state="busy")
+    since = log_size(world)
+    proc = start_mu("wait", "ws/a", "ws/b", "ws/c", "--all", "--json", "--timeout", str(BOUND_S))
+    wait_for(lambda: world.log.read_text()[since:].count('"channel.watch"') == 3, BOUND_S, "three watches")
+    for n, name in enumerate(("ws/b", "ws/a", "ws/c")):
+        world.turn(name, "idle", 1, 1, text=f"done {n}")
+        time.sleep(0.3)  # one round each, in this order
+    code, out, err = finish(proc)
+    assert code == 0, err
+    assert [e["agent"] for e in json.loads(out)] == ["ws/b", "ws/a", "ws/c"]
+    asked = [json.loads(line).get("method") for line in world.log.read_text()[since:].splitlines()
+             if line.startswith("{")]
+    assert asked.count("initialize") == 1
+    assert asked.count("channel.watch") == 3
+    cancelled = [m for m in world.sent("$/cancel") if "watchId" in m.get("params", {})]
+    assert cancelled == []  # each watch fired; none was left to cancel
+
+
 def test_no_collect_is_owed_by_an_agent_without_a_worktree_on_a_host_with_a_deadline(world):
     world.host("short", deadline_at=int(time.time() * 1000) + 3_600_000)
     world.agent("ws/a", host="short", runs=0, state="busy")

@@ -18,9 +18,10 @@ event ends the agents' wait by raising `TaskFired`, which leaves through
 the loop's cleanup (every watch cancelled, every plugin stopped).
 
 `--all` waits for every named agent and task: each event is reported as
-it comes; agents are waited for again, each time by a fresh first-event
-wait over the ones left (their cursors are race-free on their own), the
-tasks' cursors stay those read at the start.
+it comes; agents are waited for again, each time by a first-event wait
+over the ones left that shares the first round's plugins, cursors and
+open watches (mu.agents.wait.Rounds); the tasks' cursors stay those read
+at the start.
 
 Nothing here writes.
 """
@@ -103,12 +104,12 @@ def _tasks_only(marks: Dict[str, int], until: Optional[Deadline], timeout_s: Opt
         every = min(POLL_MAX_S, every * 2)
 
 
-AgentWait = Callable[..., Any]  # mu.agents.wait.wait's shape: (names, after, timeout_s, report, also=..., new=...)
+AgentWait = Callable[..., Any]  # mu.agents.wait.wait's shape: (names, after, timeout_s, report, also=, new=, rounds=)
 
 
 def first(agent_names: List[str], marks: Dict[str, int], after: Optional[int], timeout_s: Optional[float],
           agent_wait: AgentWait, report: Callable[[Fired], None], new: bool = False,
-          started: Optional[Dict[str, Any]] = None) -> Fired:
+          rounds: Any = None) -> Fired:
     """The first event among the agents and the tasks."""
     if not agent_names:
         found = _tasks_only(marks, Deadline.after(timeout_s) if timeout_s is not None else None, timeout_s)
@@ -124,7 +125,7 @@ def first(agent_names: List[str], marks: Dict[str, int], after: Optional[int], t
         report(_of_agent(event))
 
     try:
-        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also, new=new, marks=started)
+        event, _ = agent_wait(agent_names, after, timeout_s, shown, also=also, new=new, rounds=rounds)
     except TaskFired as fired:
         report(fired.fired)
         return fired.fired
@@ -136,20 +137,22 @@ def _of_agent(event: Any) -> Fired:
 
 
 def wait(agent_names: List[str], task_ids: List[str], after: Optional[int], timeout_s: Optional[float],
-         every: bool, agent_wait: AgentWait, report: Callable[[Fired], None], new: bool = False) -> List[Fired]:
+         every: bool, agent_wait: AgentWait, report: Callable[[Fired], None], new: bool = False,
+         rounds: Any = None) -> List[Fired]:
     """The first event among the agents and tasks (with `every`: one event
     of each, in the order they came); `report` is called with each as it
     comes; `new`: only what happens after the wait starts (an agent's
-    cursor is its runs now; a task's stays its last claim).  Raises
-    `TimedOut` (exit 124) when `timeout_s` runs out first."""
+    cursor is its runs now; a task's stays its last claim); `rounds`:
+    what `agent_wait`'s rounds share (mu.agents.wait.Rounds; the caller
+    closes it).  Raises `TimedOut` (exit 124) when `timeout_s` runs out
+    first."""
     marks = cursors(list(dict.fromkeys(task_ids)))
     agents_left = list(dict.fromkeys(agent_names))
     until = Deadline.after(timeout_s) if timeout_s is not None else None
     seen: List[Fired] = []
-    started: Dict[str, Any] = {}  # each agent's cursor as the first round took it, for every round
     while True:
         left_s = timeout_s if until is None or not seen else max(0.0, until.monotonic - time.monotonic())
-        fired = first(agents_left, marks, after, left_s, agent_wait, report, new, started)
+        fired = first(agents_left, marks, after, left_s, agent_wait, report, new, rounds)
         seen.append(fired)
         if fired.task is not None:
             marks.pop(fired.task, None)

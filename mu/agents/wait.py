@@ -206,16 +206,16 @@ def check_timeout(timeout_s: Optional[float]) -> None:
 
 def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[float] = None,
          report: Optional[Callable[[Event], None]] = None, also: Optional[Callable[[], None]] = None,
-         new: bool = False, marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Tuple[Event, Collected]:
+         new: bool = False, rounds: Optional["Rounds"] = None) -> Tuple[Event, Collected]:
     """The first event among the agents `names` (every live agent when
     empty), and what the in-life collect after it did.  `report` is called
     with the event before that collect; `also`, when given, on every turn
     of the loop (mu.agents.taskwait: it raises to end the wait); `new`:
     only what happens after the wait starts (the cursor is the runs now);
-    `marks`: each agent's cursor and start as a first wait took them
-    (filled in by it), so a wait again (the next round of `mu wait --all`)
-    counts from the same moment and misses nothing that settled between
-    the rounds.
+    `rounds`: what the rounds of one `mu wait --all` share (`Rounds`),
+    so a wait again counts each agent from the moment the first round
+    took its cursor, misses nothing that settled between the rounds, and
+    sets up nothing twice.
     Raises `TimedOut` (exit 124) when `timeout_s` runs out first,
     `NotFound`/`UsageError` (exit 2) for bad input (`after` with `new`)."""
     check_after(after)
@@ -226,17 +226,42 @@ def wait(names: List[str], after: Optional[int] = None, timeout_s: Optional[floa
     _idle_look()
     picked = pick(names)
     if after is None and not new:
-        _resolve_open(picked)
-    clients = readings.Clients()
+        _resolve_open([a for a in picked if rounds is None or a.agent not in rounds.watched])
+    clients = rounds.clients if rounds is not None else readings.Clients()
     try:
-        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also, new, marks)
+        event = _wait(picked, bool(names), after, timeout_s, margin_ms, clients, also, new, rounds)
         _learn(event, picked)
         journal().record(f"wait: {event.agent} {event.event}")
         if report is not None:
             report(event)
         return event, collect_after(event, picked)
     finally:
-        clients.stop("the wait is done")
+        if rounds is None:
+            clients.stop("the wait is done")  # else the rounds' owner stops them (Rounds.close)
+
+
+class Rounds:
+    """What the rounds of one `mu wait --all` share (mu.agents.taskwait
+    waits again over the agents left after each event): one client per
+    plugin for the whole wait, and each agent as the round that first saw
+    it set it up, its cursor, its start and its watch, left open while
+    its event has not come.  A round then asks nothing again of an agent
+    an earlier round set up (before, each round started its plugins and
+    took every agent's liveness and watch anew: with twenty agents in
+    pods, two hundred set-ups in a row).  `close()` cancels every watch
+    still open (protocol "The channel") and stops the plugins."""
+
+    def __init__(self) -> None:
+        self.clients = readings.Clients()
+        self.watched: Dict[str, Watched] = {}
+
+    def close(self) -> None:
+        try:
+            for w in self.watched.values():
+                if w.watch is not None and not w.watch.fired:
+                    w.watch.cancel()
+        finally:
+            self.clients.stop("the wait is done")
 
 
 def _idle_look() -> None:
@@ -252,11 +277,13 @@ def _idle_look() -> None:
 
 def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Optional[float], margin_ms: int,
           clients: readings.Clients, also: Optional[Callable[[], None]] = None, new: bool = False,
-          marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> Event:
+          rounds: Optional[Rounds] = None) -> Event:
     until = Deadline.after(timeout_s) if timeout_s is not None else None
-    watched = [Watched(a, *_records(a)) for a in picked]
+    kept = rounds.watched if rounds is not None else {}
+    watched = [kept.get(a.agent) or Watched(a, *_records(a)) for a in picked]
+    fresh = [w for w in watched if w.name not in kept]
     if new:
-        for w in watched:
+        for w in fresh:
             w.fresh_from = None
     for w in watched:
         if w.job is not None and w.host is None:
@@ -267,6 +294,9 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
         return early
     live: List[Watched] = []
     for w in watched:
+        if w.name in kept:
+            live.append(w)  # an earlier round found it live; the loop's liveness reads go on
+            continue
         status = readings.job_status(clients, w.host, w.job)
         if readings.liveness_of(status) == readings.DEAD or w.job is None:
             if named:
@@ -278,16 +308,19 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
     try:
         # every cursor first: an event found at one agent's start ends this
         # round, and the next round counts the others from the same moment
-        marked = [w for w in live if _mark(w, after, clients, new, marks)]
+        marked = [w for w in live if w.name not in kept and _mark(w, after, clients, new)]
+        if rounds is not None:
+            kept.update((w.name, w) for w in live)  # set up once, for every round
         for w in marked:
             found = _start(w, clients)
             if found is not None:
                 return found
         return _loop(live, until, timeout_s, margin_ms, clients, also, new)
     finally:
-        for w in live:
-            if w.watch is not None and not w.watch.fired:
-                w.watch.cancel()  # protocol "The channel": every watch it leaves
+        if rounds is None:
+            for w in live:
+                if w.watch is not None and not w.watch.fired:
+                    w.watch.cancel()  # protocol "The channel": every watch it leaves
 
 
 def _resolve_open(picked: List[Agent]) -> None:
@@ -398,23 +431,15 @@ def _cursor(w: Watched, after: Optional[int], clients: readings.Clients, new: bo
     # else: no cursor mu can name; the watch's reply names the plugin's
 
 
-def _mark(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False,
-          marks: Optional[Dict[str, Tuple[Any, ...]]] = None) -> bool:
-    """Take one agent's cursor (or an earlier round's, from `marks`);
-    False when it has no channel (only its liveness and its host's
-    deadline can end the wait)."""
+def _mark(w: Watched, after: Optional[int], clients: readings.Clients, new: bool = False) -> bool:
+    """Take one agent's cursor; False when it has no channel (only its
+    liveness and its host's deadline can end the wait)."""
     assert w.job is not None and w.host is not None
     if readings.channel_seam(w.agent.plugin) is None:
         return False
-    known = (marks or {}).get(w.name)
-    if known is not None:
-        w.cursor, w.inc, w.started_ms, w.fresh_from = known  # an earlier round of the same wait took them
-    else:
-        if new:
-            w.started_ms = int(time.time() * 1000)  # a block that began before does not count
-        _cursor(w, after, clients, new)
-        if marks is not None:
-            marks[w.name] = (w.cursor, w.inc, w.started_ms, w.fresh_from)
+    if new:
+        w.started_ms = int(time.time() * 1000)  # a block that began before does not count
+    _cursor(w, after, clients, new)
     return True
 
 

@@ -111,7 +111,12 @@ def wait_all(agents: Optional[List[str]] = None, tasks: Optional[List[str]] = No
 
     environment.host_deadline_margin_ms()
     with _plugins_stopped():
-        seen = taskwait.wait(list(agents or []), list(tasks or []), after, timeout_s, every, waiting.wait, shown, new)
+        rounds = waiting.Rounds()
+        try:
+            seen = taskwait.wait(list(agents or []), list(tasks or []), after, timeout_s, every, waiting.wait, shown,
+                                 new, rounds)
+        finally:
+            rounds.close()
     return [result(f) for f in seen]
 
 
