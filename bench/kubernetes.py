@@ -1,4 +1,4 @@
-"""Bench 17: mu-plugin-kubernetes against kubectl.
+"""Bench 18: mu-plugin-kubernetes against kubectl.
 
 On the tests' single-node cluster (tests/cluster/cluster.sh, started
 before: `sudo sh tests/cluster/cluster.sh start`), in a namespace of the
