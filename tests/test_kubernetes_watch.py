@@ -60,17 +60,24 @@ def round_shells(kube: Cluster, pod: str) -> set:
     return {line.split()[0] for line in parents if len(line.split()) == 2 and line.split()[1] not in found}
 
 
-def test_a_watch_waits_in_the_pod_and_its_cancel_ends_it_there(agent):
-    from mu.deadline import Deadline
+def the_agent(kube: Cluster):
+    """Agent w/a's pod, the channel target that names it, and a client of
+    the plugin of its own (the caller stops it)."""
     from mu.runtime.client import PluginClient
-    from mu.runtime.watches import wait_any
 
-    kube = agent
     [pod] = [p.split("/", 1)[1] for p in kube.pods()]
     key = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["job"]
     target = {"host": {"name": "box", "handle": "%s/%s" % (kube.namespace, pod)}, "job": {"kind": KIND, "key": key},
               "agent": {"workstream": "w", "name": "a", "incarnation": 1}}
-    client = PluginClient("kubernetes", kube.plugin_argv())
+    return pod, target, PluginClient("kubernetes", kube.plugin_argv())
+
+
+def test_a_watch_waits_in_the_pod_and_its_cancel_ends_it_there(agent):
+    from mu.deadline import Deadline
+    from mu.runtime.watches import wait_any
+
+    kube = agent
+    pod, target, client = the_agent(kube)
     try:
         watch = client.watch({"target": target, "afterRuns": 0}, timeout_s=20)
         time.sleep(1.5)  # its first round answered at once; the second waits in the pod
@@ -105,15 +112,10 @@ def test_watches_past_the_hosts_rounds_poll_and_every_one_fires(agent):
     # every watch fires, and none is left waiting in the pod after
     from mu.deadline import Deadline
     from mu.plugins.shellhost.channel import WATCH_ROUNDS
-    from mu.runtime.client import PluginClient
     from mu.runtime.watches import wait_any
 
     kube = agent
-    [pod] = [p.split("/", 1)[1] for p in kube.pods()]
-    key = json.loads(run_mu("agent", "show", "w/a", "--json").stdout)["job"]
-    target = {"host": {"name": "box", "handle": "%s/%s" % (kube.namespace, pod)}, "job": {"kind": KIND, "key": key},
-              "agent": {"workstream": "w", "name": "a", "incarnation": 1}}
-    client = PluginClient("kubernetes", kube.plugin_argv())
+    pod, target, client = the_agent(kube)
     try:
         watches = [client.watch({"target": target, "afterRuns": 0, "inc": 1}, timeout_s=20) for _ in range(6)]
         time.sleep(2)
