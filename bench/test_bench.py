@@ -230,7 +230,8 @@ def test_phases_time_each_verb_phase_by_phase_and_each_plugin_start():
         assert figures[verb][4] == "<= 3.0x"
     for name in ("local", "ssh", "podman"):
         assert figures[f"mu-plugin-{name}: spawn to its handshake"][4] == "<= 2.0x"
-    for phase in ("interpreter", "mu's imports", "plugin start to its handshake", "calls", "stop", "store", "exit"):
+    for phase in ("interpreter", "mu's start to its plugin's spawn", "mu's start to the runtime imported",
+                  "plugin spawn to its handshake", "calls", "stop", "store", "exit"):
         assert sum(1 for row in rows if row[0] == phase) == 2, phase  # one of each for both verbs
 
 
