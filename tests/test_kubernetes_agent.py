@@ -16,13 +16,12 @@ from pathlib import Path
 import psutil
 import pytest
 from agent_commands import ready
-from conftest import run_mu
+from agent_walk import mu, shown, turn_collected_and_closed
 from kube_fixture import Cluster, kube_cluster, kube_ns  # noqa: F401  (the fixtures)
 from test_site import git, make_checkout
 
 from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
-BOUND_S = 60  # only a failure waits this long
 TTL_MS = 25000  # the deadline test's: its spawn, a commit, the wait and the close fit inside
 
 
@@ -37,16 +36,6 @@ def registered(kube_ns, checkout, monkeypatch):  # noqa: F811
     added = mu("plugin", "add", "kubernetes", "--", *kube_ns.plugin_argv())
     assert added.returncode == 0, added.stderr
     return kube_ns
-
-
-def mu(*args: str, timeout: float = BOUND_S, env=None):
-    return run_mu(*args, timeout=timeout + 30, env=env)
-
-
-def shown(agent: str) -> dict:
-    out = mu("agent", "show", agent, "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 def assert_view(pid: int, pod: str) -> None:
@@ -115,23 +104,7 @@ def test_the_whole_agent_path_in_a_pod(registered, checkout):
     assert_view(one["pane"]["pid"], name)
     assert kube.kubectl("exec", name, "--", "git", "-C", "/mu/.mu/trees/w/a", "rev-parse", "HEAD").stdout.strip() == start
 
-    sent = mu("send", "w/a", "plant a tree", "--json")
-    assert sent.returncode == 0, sent.stderr
-    assert json.loads(sent.stdout)["state"] == "accepted"
-    waited = mu("wait", "w/a", "--timeout", str(BOUND_S), "--json")
-    assert waited.returncode == 0, waited.stderr
-    event = json.loads(waited.stdout)
-    assert event["event"] == "settled" and event["observation"]["runs"] == 1
-    assert "plant a tree" in event["observation"]["lastText"]
-
-    collected = mu("collect", "w/a")
-    assert collected.returncode == 0, collected.stderr
-    assert git("rev-parse", "refs/heads/mu/w/a^", cwd=checkout) == start
-    assert "turn 1" in git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout)
-
-    closed = mu("agent", "close", "w/a")
-    assert closed.returncode == 0, closed.stderr
-    assert json.loads(mu("agent", "list", "--json").stdout) == []
+    turn_collected_and_closed(checkout, start)
     released = mu("host", "release", "box")
     assert released.returncode == 0, released.stderr
     assert kube.pods() == []  # the API answers 404 for it: released means gone

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, run_mu
+from agent_walk import mu, shown, turn_collected_and_closed
+from conftest import ROOT
 from podman_fixture import podman_engine  # noqa: F401  (the fixture)
 from test_site import git, make_checkout
 
 from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 DEMO = ROOT / "examples" / "mu-demo-agent"
-BOUND_S = 60  # only a failure waits this long
 TTL_MS = 30000  # the deadline test's: its spawn, a commit, the wait and the close fit inside, even on a loaded machine
 
 
@@ -39,16 +39,6 @@ def registered(podman_engine, checkout, monkeypatch):  # noqa: F811
     yield podman_engine
     for name in podman_engine.containers():  # a failed test's container goes too
         podman_engine.podman("rm", "-f", "-t", "0", name, check=False)
-
-
-def mu(*args: str, timeout: float = BOUND_S, env=None):
-    return run_mu(*args, timeout=timeout + 30, env=env)
-
-
-def shown(agent: str) -> dict:
-    out = mu("agent", "show", agent, "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 def test_the_whole_agent_path_in_a_container(registered, checkout):
@@ -92,23 +82,7 @@ def test_the_whole_agent_path_in_a_container(registered, checkout):
     tree = "/mu/.mu/trees/w/a"
     assert engine.podman("exec", name, "git", "-C", tree, "rev-parse", "HEAD").stdout.strip() == start
 
-    sent = mu("send", "w/a", "plant a tree", "--json")
-    assert sent.returncode == 0, sent.stderr
-    assert json.loads(sent.stdout)["state"] == "accepted"
-    waited = mu("wait", "w/a", "--timeout", str(BOUND_S), "--json")
-    assert waited.returncode == 0, waited.stderr
-    event = json.loads(waited.stdout)
-    assert event["event"] == "settled" and event["observation"]["runs"] == 1
-    assert "plant a tree" in event["observation"]["lastText"]
-
-    collected = mu("collect", "w/a")
-    assert collected.returncode == 0, collected.stderr
-    assert git("rev-parse", "refs/heads/mu/w/a^", cwd=checkout) == start
-    assert "turn 1" in git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout)
-
-    closed = mu("agent", "close", "w/a")
-    assert closed.returncode == 0, closed.stderr
-    assert json.loads(mu("agent", "list", "--json").stdout) == []
+    turn_collected_and_closed(checkout, start)
     released = mu("host", "release", "box")
     assert released.returncode == 0, released.stderr
     assert engine.containers() == []

@@ -93,10 +93,6 @@ def key_label(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class HostSeam:
     """The host seam's handlers; mixed into the plugin class (`main.KubernetesPlugin`)."""
 
@@ -105,11 +101,7 @@ class HostSeam:
     @sdk.method("host.acquire")
     def acquire(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = boxes.key(params)
-        wanted = _acquire_params(params.get("params"))
-        from mu.sdk.effects import params_digest
-
-        digest = params_digest({"key": key, "params": params.get("params")})
+        key, wanted, digest = boxes.asked(params, _acquire_params)
         end = call_end(call, EFFECT_S)
         namespace = wanted.get("namespace") or self._namespace(end, call)
         name = pod_name(self.options.instance(), namespace, key)
@@ -118,7 +110,7 @@ class HostSeam:
             adopted = self._adopt(found, namespace, key, digest, end, call, recreate=True)
             if adopted is not None:
                 return adopted
-        deadline_at = now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
+        deadline_at = boxes.now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
         manifest = self._manifest(namespace, name, key, digest, wanted, deadline_at)
         ran = kubectl(self.options, ["--namespace", namespace, "create", "-f", "-", "-o", "name"], end, call,
                       data=json.dumps(manifest).encode())
@@ -162,7 +154,7 @@ class HostSeam:
         else:
             spec["automountServiceAccountToken"] = False  # an agent gets no API credentials unless asked
         if deadline_at is not None:
-            spec["activeDeadlineSeconds"] = max(1, (deadline_at - now_ms() + 999) // 1000)
+            spec["activeDeadlineSeconds"] = max(1, (deadline_at - boxes.now_ms() + 999) // 1000)
         annotations = {PREFIX + "key": key, PREFIX + "params": digest, PREFIX + "deadline": str(deadline_at or ""),
                        PREFIX + "max-jobs": str(wanted.get("max_jobs", ""))}
         labels = {PREFIX + "instance": self.options.instance(), PREFIX + "key": key_label(key)}

@@ -88,10 +88,6 @@ def box_name(instance: str, key: str) -> str:
     return "mu-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class HostSeam:
     """The host seam's handlers; mixed into the plugin class (`main.PodmanPlugin`)."""
 
@@ -100,11 +96,7 @@ class HostSeam:
     @sdk.method("host.acquire")
     def acquire(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
         self._host_target(call)
-        key = boxes.key(params)
-        wanted = _acquire_params(params.get("params"))
-        from mu.sdk.effects import params_digest
-
-        digest = params_digest({"key": key, "params": params.get("params")})
+        key, wanted, digest = boxes.asked(params, _acquire_params)
         name = box_name(self.options.instance(), key)
         end = call_end(call, EFFECT_S)
         found = self._inspect(name, end, call, acts=True)
@@ -112,7 +104,7 @@ class HostSeam:
             adopted = self._adopt(found, name, key, digest, end, call, recreate=True)
             if adopted is not None:
                 return adopted
-        deadline_at = now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
+        deadline_at = boxes.now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
         labels = {"key": key, "instance": self.options.instance(), "params": digest,
                   "deadline": str(deadline_at or ""), "maxJobs": str(wanted.get("max_jobs", ""))}
         args = ["create", "--rm", "--name", name, "--hostname", name, "--network", wanted.get("network", "none")]
@@ -122,7 +114,7 @@ class HostSeam:
             args += ["--cpus", wanted["cpus"]]
         if "memory" in wanted:
             args += ["--memory", wanted["memory"]]
-        seconds = "-" if deadline_at is None else str(max(1, (deadline_at - now_ms()) // 1000))
+        seconds = "-" if deadline_at is None else str(max(1, (deadline_at - boxes.now_ms()) // 1000))
         folder = self._box_folder(name)
         args += ["--volume", "%s:%s:z" % (folder, BOX_MOUNT)]  # z: a label SELinux lets the container use
         args += ["--entrypoint", "sh", wanted["image"], "-c", FIRST, "mu-box", seconds]
@@ -285,7 +277,7 @@ class HostSeam:
         if not isinstance(found, dict):
             return None
         deadline = _labels(found).get("deadline", "")
-        if deadline.isdigit() and int(deadline) <= now_ms():
+        if deadline.isdigit() and int(deadline) <= boxes.now_ms():
             self._remove(name, end, call)
             return None
         return found

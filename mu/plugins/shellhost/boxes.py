@@ -27,7 +27,7 @@ from mu.plugins.shellhost import runner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a checker's only
-    from typing import Any, Dict, Iterator, List, Optional, Sequence
+    from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 SESSIONS = 16  # exec sessions one box carries at once
 DIGITS = re.compile(r"[0-9]{1,15}\Z")
@@ -41,6 +41,21 @@ def key(params: Dict[str, Any]) -> str:
     if not isinstance(given, str) or not given:
         raise sdk.Permanent("the call needs a key")
     return given
+
+
+def asked(params: Dict[str, Any], check: Any) -> Tuple[str, Dict[str, Any], str]:
+    """What an acquire asks: its key, its params as the plugin's `check`
+    reads them (Permanent when they are not what it takes), and the digest
+    of both, which `same` holds a repeat of the key to."""
+    from mu.sdk.effects import params_digest
+
+    given = key(params)
+    wanted = check(params.get("params"))
+    return given, wanted, params_digest({"key": given, "params": params.get("params")})
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def acquire_params(given: Any, known: Sequence[str], image_is: str) -> Dict[str, Any]:
