@@ -51,3 +51,27 @@ class Lazy:
     def __repr__(self) -> str:
         what = self._module if self._attribute is None else f"{self._module}.{self._attribute}"
         return f"<lazy {what}>"
+
+
+class LazyPattern:
+    """A regular expression, compiled (and `re` imported) at its first use:
+    a module's patterns cost nothing until a call checks a value with one.
+    Every attribute (``match``, ``fullmatch``, ``pattern``...) is the
+    compiled pattern's."""
+
+    __slots__ = ("_source", "_compiled")
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._compiled: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            import re
+
+            compiled = self._compiled = re.compile(self._source)
+        return getattr(compiled, name)
+
+    def __repr__(self) -> str:
+        return f"<lazy pattern {self._source!r}>"

@@ -8,22 +8,16 @@ import the other for it.
 from __future__ import annotations
 
 from mu.errors import UsageError
+from mu.plain import is_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterable, Optional
 
 # The rule as a pattern, for whoever wants one (`mu.runtime.trust` shows
-# it); `check_name` tests the same rule by hand, so that a verb checking a
-# name does not import `re` for it (milliseconds of start-up).
+# it); `is_name` (mu.plain) tests the same rule by hand, so that a verb
+# checking a name does not import `re` for it (milliseconds of start-up).
 NAME_RULE = r"[a-z0-9][a-z0-9_-]*\Z"
-_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
-_REST = _FIRST | {"_", "-"}
-
-
-def is_name(name: str) -> bool:
-    """Whether `name` follows the rule (any length: callers cap their own)."""
-    return bool(name) and name[0] in _FIRST and _REST.issuperset(name)
 
 
 def check_name(name: str, what: str = "plugin") -> None:

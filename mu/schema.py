@@ -2,8 +2,8 @@
 
 `schema_digest()` is what a plugin built against this mu puts in its
 handshake (protocol, "Handshake": `sha256:` and the hex sha256 of the exact
-bytes).  It reads one file and imports only hashlib (when a digest is asked), so the SDK and every
-verb may call it freely; `jsonschema` is imported only by the validators,
+bytes).  It reads one file and imports nothing heavier than `mu.digest`, so
+the SDK and every verb may call it freely; `jsonschema` is imported only by the validators,
 on first use.
 
 The validators guarantee that a value passing them has every field the
@@ -18,27 +18,43 @@ method (`validate_result("host.acquire", r)`) or a reusable piece
 
 from __future__ import annotations
 
-import functools
 import os
 
+from mu.digest import sha256_hex
 from mu.protocol import conforms
+
+
+def _remembered(fn):
+    """`fn`, computing its answer once per argument (what
+    `functools.lru_cache` does, without `functools` on a plugin's start)."""
+    answers: dict = {}
+
+    def remembered(*args):
+        try:
+            return answers[args]
+        except KeyError:
+            answer = answers[args] = fn(*args)
+            return answer
+
+    remembered.__name__ = fn.__name__
+    remembered.__doc__ = fn.__doc__
+    return remembered
+
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "plugin-protocol-v1.json")
 
 
-@functools.lru_cache(maxsize=None)
+@_remembered
 def schema_bytes() -> bytes:
     """The exact bytes of the shipped `plugin-protocol-v1.json`."""
     with open(SCHEMA_PATH, "rb") as f:
         return f.read()
 
 
-@functools.lru_cache(maxsize=None)
+@_remembered
 def schema_digest() -> str:
     """``sha256:<hex>`` of `schema_bytes()`."""
-    import hashlib  # here: OpenSSL's start-up, no cost of a verb that checks a reply by its method's table
-
-    return "sha256:" + hashlib.sha256(schema_bytes()).hexdigest()
+    return "sha256:" + sha256_hex(schema_bytes())
 
 
 # -- the method tables -----------------------------------------------------------
@@ -126,7 +142,6 @@ class SchemaViolation(ValueError):
     that failed (``required``, ``additionalProperties``, ``enum``...), and
     `definition` the schema definition the value was checked against.
     """
-
     def __init__(self, path: str, reason: str, keyword: str, definition: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
@@ -193,7 +208,7 @@ def _require(method: str, known: tuple[str, ...], what: str) -> None:
         raise KeyError(f"the protocol has no {what} {method!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@_remembered
 def _jsonschema():
     # Imported here, not at the top: a verb that validates nothing must not
     # pay for jsonschema (and its dependencies) at start-up.
@@ -203,14 +218,14 @@ def _jsonschema():
     return jsonschema
 
 
-@functools.lru_cache(maxsize=None)
+@_remembered
 def _schema() -> dict:
-    import json
+    from mu import jsontext
 
-    return json.loads(schema_bytes().decode("utf-8"))
+    return jsontext.loads(schema_bytes().decode("utf-8"))
 
 
-@functools.lru_cache(maxsize=None)
+@_remembered
 def _validator(name: str):
     root = _schema()
     if name not in root["$defs"]:

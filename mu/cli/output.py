@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import sys
 
+from mu import jsontext
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
@@ -36,9 +38,7 @@ def emit_json(document: Any) -> None:
     if isinstance(document, list) and not document:
         sys.stdout.write("[]\n")  # what json writes for it, without loading the encoder (`mu agent list`'s lean path)
         return
-    import json  # where it is used: a verb that prints text never needs it
-
-    sys.stdout.write(json_safe(json.dumps(document, ensure_ascii=False)) + "\n")
+    sys.stdout.write(json_safe(jsontext.dumps(document, ensure_ascii=False)) + "\n")
 
 
 # JSON escapes C0 controls itself but may write C1 ones (U+0080 to U+009F)

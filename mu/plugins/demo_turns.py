@@ -15,10 +15,9 @@ same one-line reason in both providers, and nothing here blocks.
 
 from __future__ import annotations
 
-import hashlib
-import re
-
 from mu import sdk
+from mu.digest import sha256_hex
+from mu.plain import is_plain
 
 # the local plugin imports this at start-up: typing stays off that path
 TYPE_CHECKING = False
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 FIRST_INCARNATION = 1  # the demo agent's first session
 TURN_STATES = ("idle", "busy", "blocked")
 # the demo agent's own rules (examples/mu-demo-agent), which a plugin cannot import
-PLAIN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}\Z")
 CONTROL_KINDS = ("steer", "interrupt", "abort", "answer")  # taken at once, even during a turn
 # an observation's fields and their types (protocol "The channel": watch/settled, channel.lastRun)
 OBSERVATION_FIELDS = {"status": str, "settled": bool, "since": int, "runs": int, "incarnation": int, "reason": str,
@@ -43,9 +41,9 @@ def is_count(value: object) -> bool:
 def message_file(msg_id: str) -> str:
     """inbox/<this>.json and taken/<this>.json: the msgId itself when it is a
     plain file name, else "sha256-" and its digest (the demo agent's rule)."""
-    if PLAIN_ID.match(msg_id):
+    if is_plain(msg_id, 128):
         return msg_id
-    return "sha256-" + hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return "sha256-" + sha256_hex(msg_id)
 
 
 # -- the turn records -------------------------------------------------------------

@@ -10,16 +10,17 @@ breaks the plugin for the rest of the invocation.
 Speed.  Every call encodes one line and decodes one, so both take the
 standard library's C encoder and scanner directly, built once for the
 process: `json.dumps`/`json.loads` build a new C encoder per message and
-run two regular expressions around the scanner.  What is accepted and
+run two regular expressions around the scanner, and `json` itself is
+milliseconds of a verb's start (`mu.jsontext`).  What is accepted and
 produced is exactly what `json.JSONEncoder(ensure_ascii=False,
-separators=(",", ":"), allow_nan=False)` and a strict `json.JSONDecoder`
-accept and produce; where the C parts are missing, those are used.
+separators=(",", ":"), allow_nan=False)` and a `json.JSONDecoder` that
+refuses NaN and the infinities accept and produce; where the C parts are
+missing, those are used.
 """
 
 from __future__ import annotations
 
-import json
-
+from mu import jsontext
 from mu.protocol.constants import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES
 from mu.protocol.nesting import deeper_than
 
@@ -40,24 +41,15 @@ class FramingError(ValueError):
 _TOO_DEEP = f"line is nested deeper than {MAX_JSON_DEPTH} levels"
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _refuse_type(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# The general encoder and decoder, and the fallback where the C parts are missing.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-
 try:
-    from json.encoder import c_make_encoder as _c_make_encoder
-    from json.encoder import encode_basestring as _encode_text
-    from json.scanner import c_make_scanner as _c_make_scanner
+    from _json import encode_basestring as _encode_text
+    from _json import make_encoder as _c_make_encoder
 except ImportError:  # pragma: no cover - CPython always has them
-    _c_make_encoder = _c_make_scanner = None
+    _c_make_encoder = None
 
 # No circular-reference table (the caller's params are trees); a cycle, like
 # any structure nested past the interpreter's depth, raises RecursionError.
@@ -66,7 +58,7 @@ _C_ENCODE = (
     if _c_make_encoder is not None
     else None
 )
-_C_SCAN = _c_make_scanner(_DECODER) if _c_make_scanner is not None else None
+_C_SCAN = jsontext.scanner(constants=False)
 
 
 def encode(message: Dict[str, Any]) -> bytes:
@@ -81,7 +73,7 @@ def encode(message: Dict[str, Any]) -> bytes:
         if _C_ENCODE is not None:
             text = "".join(_C_ENCODE(message, 0))
         else:
-            text = _ENCODER.encode(message)
+            text = _general_encode(message)
     except RecursionError:
         raise ValueError("message nests too deeply (or refers to itself)") from None
     data = text.encode("utf-8")
@@ -96,7 +88,7 @@ def encode_text(value: Any) -> str:
     try:
         if _C_ENCODE is not None:
             return "".join(_C_ENCODE(value, 0))
-        return _ENCODER.encode(value)
+        return _general_encode(value)
     except RecursionError:
         raise ValueError("message nests too deeply (or refers to itself)") from None
 
@@ -150,11 +142,15 @@ def _decode_text(text: str) -> Any:
         except RecursionError:
             raise FramingError(_TOO_DEEP) from None
     try:
-        return _DECODER.decode(text)
+        return jsontext.loads(text, constants=False)
     except RecursionError:
         raise FramingError(_TOO_DEEP) from None
     except ValueError as e:
         raise FramingError(f"line is not JSON ({e})") from None
+
+
+def _general_encode(value: Any) -> str:
+    return jsontext.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 class LineSplitter:

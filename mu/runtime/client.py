@@ -24,12 +24,11 @@ author's to see by running it, never mu's to keep.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import mu
-from mu import environment
+from mu import environment, jsontext
 from mu.deadline import READ_TIMEOUT_S, Deadline
 from mu.errors import Cancelled, LoadRuleError, MuError, Retryable, Unanswered
 from mu.protocol import constants
@@ -254,7 +253,7 @@ def _same_reply(result: Any, recorded: Dict[str, Any]) -> bool:
         return False
     mine = {k: v for k, v in result.items() if k != "instance"}
     theirs = {k: v for k, v in recorded.items() if k != "instance"}
-    return json.dumps(mine, sort_keys=True) == json.dumps(theirs, sort_keys=True)
+    return jsontext.dumps(mine, sort_keys=True) == jsontext.dumps(theirs, sort_keys=True)
 
 
 def _check_instance(name: str, result: Dict[str, Any]) -> None:
@@ -267,7 +266,7 @@ def handshake_line() -> str:
     """The `initialize` request mu sends, as one line an author can pipe
     into the plugin to repeat the handshake by hand."""
     request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol": PROTOCOL_RANGE, "mu": mu.__version__}}
-    return json.dumps(request, separators=(",", ":"))
+    return jsontext.dumps(request, separators=(",", ":"))
 
 
 def debug_hint(argv: List[str], *, wrote_invalid_line: bool = False) -> str:

@@ -12,10 +12,10 @@ a note of its size alone, also marked `!`.  One line a frame:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 
+from mu import jsontext
 from mu.protocol.constants import MAX_JSON_DEPTH
 from mu.protocol.nesting import deeper_than
 
@@ -50,10 +50,10 @@ class Trace:
 
     def frame(self, plugin: str, pid: int, direction: str, line: bytes) -> None:
         try:
-            value = json.loads(line)
+            value = jsontext.loads(line)
             if deeper_than(line.decode("utf-8")):
                 raise RecursionError
-            text = json.dumps(redact(value), ensure_ascii=False, separators=(",", ":"))
+            text = jsontext.dumps(redact(value), ensure_ascii=False, separators=(",", ":"))
         except RecursionError:
             # not written as it came: its env maps could not be redacted
             direction += "!"

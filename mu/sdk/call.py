@@ -12,9 +12,10 @@ a call and its watches ask of it is the `Dispatcher` interface below.
 
 from __future__ import annotations
 
-import threading
+import _thread
 import time
 
+from mu.lazy import Lazy
 from mu.sdk.errors import Cancelled
 
 TYPE_CHECKING = False  # typing stays off the start-up path
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
         def start_thread(self, target: Callable[[], Any], name: str) -> threading.Thread: ...
 
         def send_notification(self, name: str, params: Dict[str, Any]) -> None: ...
+
+threading = Lazy("threading")  # with the first call: a handshake needs no thread
 
 WATCH_NOTIFICATIONS = ("watch/settled", "watch/restarted")
 
@@ -112,7 +115,7 @@ class Watch:
         self._server = server
         self.id = watch_id
         self.cancelled = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._state = Watch._PENDING
         self._queued: Optional[Tuple[str, Dict[str, Any]]] = None
 

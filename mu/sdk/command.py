@@ -17,20 +17,24 @@ left running in the background is killed before `run_command` returns.
 
 from __future__ import annotations
 
+import _thread
 import os
 import selectors
 import subprocess
-import threading
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
+from mu.records import NamedTuple
 from mu.sdk.errors import Cancelled, Permanent
 from mu.sdk.procs import TOKEN_VAR, kill_tree
+
+TYPE_CHECKING = False  # typing stays off a plugin's first call
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 DEFAULT_OUTPUT_LIMIT = 256 * 1024  # bytes per stream; a reply must fit in 1 MiB
 _CANCEL_POLL_S = 0.05
 
-_live_lock = threading.Lock()
+_live_lock = _thread.allocate_lock()
 _live: Dict[str, int] = {}  # token -> pid of the run's first process
 _counter = [0]
 

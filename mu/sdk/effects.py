@@ -20,14 +20,14 @@ intent in place, as unknown.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from mu import jsontext
+from mu.digest import sha256_hex
 from mu.sdk.errors import Cancelled, Permanent, Retryable, UnknownOutcome
 
 _POLL_S = 0.05
@@ -38,8 +38,8 @@ def params_digest(params: Mapping[str, Any]) -> str:
     field that changes between mu's resends of the same call (protocol
     "Calls")."""
     body = {k: v for k, v in params.items() if k != "deadline"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    text = jsontext.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256_hex(text)
 
 
 class DedupeWindow:
@@ -212,12 +212,12 @@ class _Records:
         os.makedirs(folder, mode=0o700, exist_ok=True)
 
     def path(self, name: str) -> str:
-        return os.path.join(self.folder, hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest() + ".json")
+        return os.path.join(self.folder, sha256_hex(name) + ".json")
 
     def read(self, name: str) -> Optional[Dict[str, Any]]:
         try:
             with open(self.path(name), "rb") as f:
-                record = json.loads(f.read().decode("utf-8"))
+                record = jsontext.loads(f.read().decode("utf-8"))
         except FileNotFoundError:
             return None
         except ValueError:
@@ -249,7 +249,7 @@ class _Records:
     def _temp(self, record: Mapping[str, Any]) -> str:
         fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(record, separators=(",", ":")).encode("utf-8"))
+            f.write(jsontext.dumps(record, separators=(",", ":")).encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         return temp
@@ -285,4 +285,4 @@ def _start_time(pid: int) -> Optional[int]:
 
 
 def _copy(value: Any) -> Any:
-    return json.loads(json.dumps(value))
+    return jsontext.loads(jsontext.dumps(value))

@@ -51,10 +51,10 @@ neither imports this one.
 
 from __future__ import annotations
 
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
+import _thread
 import os
-import signal
 import sys
-import threading
 import time
 
 from mu.protocol.constants import EXECUTABLE_PREFIX
@@ -63,8 +63,9 @@ from mu.sdk.server import EXIT_GRACE_S, PROTOCOL_VERSION, RESERVED_METHODS, Serv
 from mu.sdk.wire import Wire, note
 
 # Start-up cost is part of the contract (a plugin answers its handshake
-# about as fast as a bare script), so typing, traceback and subprocess stay
-# off the import path.
+# about as fast as a bare script), so typing, traceback, subprocess, json,
+# re, signal and threading stay off the import path (`mu.jsontext`,
+# `_signal`, `_thread`; `threading` comes with the first call's thread).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
@@ -200,7 +201,7 @@ def run(plugin: Plugin) -> None:
     _kill_all_we_started()  # what a handler left behind (a run_command leaves nothing)
     _flush()
     if server.stop_signal is not None:
-        signal.signal(server.stop_signal, signal.SIG_DFL)
+        _signal.signal(server.stop_signal, _signal.SIG_DFL)
         os.kill(os.getpid(), server.stop_signal)
     _exit_cleanly(server.stopped_at if server.stopped_at is not None else time.monotonic())
 
@@ -216,19 +217,30 @@ def _exit_cleanly(stopped_at: float) -> None:
     """
     import atexit
 
-    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    threading = sys.modules.get("threading")  # not loaded: no thread ever ran, none to join
+    others = [] if threading is None else [
+        t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     hooks = atexit._ncallbacks() if hasattr(atexit, "_ncallbacks") else 1
     if others or hooks:
-        watchdog = threading.Timer(max(0.2, stopped_at + _EXIT_WATCHDOG_S - time.monotonic()), _exit_now)
-        watchdog.daemon = True
-        watchdog.start()
-        shutdown = getattr(threading, "_shutdown", None)
+        _thread.start_new_thread(_exit_later, (max(0.2, stopped_at + _EXIT_WATCHDOG_S - time.monotonic()),))
+        shutdown = getattr(threading, "_shutdown", None) if threading is not None else _no_threads
         if shutdown is None or not hasattr(atexit, "_run_exitfuncs"):
             sys.exit(0)  # not CPython: its own exit does the same, more slowly
         shutdown()  # joins the non-daemon threads, as interpreter exit does
         atexit._run_exitfuncs()
     _flush()
     os._exit(0)
+
+
+def _no_threads() -> None:
+    pass
+
+
+def _exit_later(seconds: float) -> None:
+    """The exit's watchdog, on a bare thread of its own (`threading` need
+    not be loaded for it)."""
+    time.sleep(seconds)
+    _exit_now()
 
 
 def _exit_now() -> None:
@@ -252,7 +264,7 @@ def _kill_all_we_started() -> None:
             return  # the group holds us alone: only our descendants could join it
         for pid in procs.group_members(os.getpgrp()):
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
             except OSError:
                 pass
 
@@ -269,17 +281,20 @@ def _install_signals(server: Server) -> Optional[int]:
     """SIGTERM, SIGHUP, SIGINT: record the signal; the wakeup fd breaks the
     main loop's wait, which then stops as on EOF.  The handler itself does
     nothing else, so no write is ever cut in the middle."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)
-    os.set_blocking(write_fd, False)
-
     def record(signum: int, _frame: Any) -> None:
         if server.stop_signal is None:
             server.stop_signal = signum
 
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, record)
-    signal.set_wakeup_fd(write_fd)
+    try:
+        _signal.signal(_signal.SIGTERM, record)
+    except ValueError:  # not the main thread: only the main thread takes signals
+        return None
+    for signum in (_signal.SIGHUP, _signal.SIGINT):
+        _signal.signal(signum, record)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    _signal.set_wakeup_fd(write_fd)
+    if server.stop_signal is not None:  # it came before the descriptor was set
+        os.write(write_fd, b"\0")
     return read_fd

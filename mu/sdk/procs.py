@@ -26,8 +26,8 @@ Stdlib only, and cheap to import: the SDK needs it on its exit path.
 
 from __future__ import annotations
 
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
-import signal
 import time
 
 TYPE_CHECKING = False
@@ -49,7 +49,7 @@ def kill_tree(root: Optional[int], token: Optional[str], wait_s: float = KILL_WA
             return True
         for pid in victims:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         if time.monotonic() > give_up:
@@ -72,7 +72,7 @@ def never_had_children() -> bool:
     process table for what to kill can be skipped."""
     import resource
 
-    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+    if _signal.getsignal(_signal.SIGCHLD) == _signal.SIG_IGN:
         return False  # children reaped by the kernel leave no usage behind
     if resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss != 0:
         return False

@@ -15,10 +15,11 @@ is the `Served` interface below, which `Plugin` satisfies.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 import time
 
+from mu.lazy import Lazy
 from mu.protocol.constants import PROTOCOL_MAX
 from mu.schema import schema_digest
 from mu.sdk.call import Call, Watch, is_int
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 
         def on_shutdown(self) -> None: ...
 
+threading = Lazy("threading")  # with the first call: a handshake needs no thread
+
 PROTOCOL_VERSION = PROTOCOL_MAX  # the one version this SDK speaks
 RESERVED_METHODS = ("initialize", "shutdown", "$/cancel")  # served here, never by a handler
 EXIT_GRACE_S = 4.0  # protocol "Process": gone within 5 s of EOF; keep a margin for exit itself
@@ -70,7 +73,7 @@ class Server:
         self.plugin = plugin
         self.wire = wire
         self.handlers = type(plugin).handlers()
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._calls: Dict[Tuple[str, Any], Call] = {}
         self._watches: Dict[Tuple[str, Any], Watch] = {}
         self._threads: set = set()

@@ -22,12 +22,12 @@ What it does not do: interpret messages.  That is `mu.sdk.plugin`.
 
 from __future__ import annotations
 
-import json
+import _thread
 import os
 import select
 import sys
-import threading
 
+from mu import jsontext
 from mu.protocol.constants import MAX_MESSAGE_BYTES
 
 TYPE_CHECKING = False  # typing stays off the start-up path
@@ -55,16 +55,12 @@ def encode(message: Any) -> bytes:
     TypeError (an object JSON does not know): the caller answers with an
     error instead.
     """
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = jsontext.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError("the message holds text that is not valid Unicode") from exc
     return data + b"\n"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError("%s is not JSON" % name)
 
 
 def decode(line: bytes) -> Optional[dict]:
@@ -78,7 +74,7 @@ def decode(line: bytes) -> Optional[dict]:
         note("dropped a line of %d bytes that is not valid UTF-8" % len(line))
         return None
     try:
-        message = json.loads(text, parse_constant=_reject_constant)
+        message = jsontext.loads(text, constants=False)
     except ValueError:
         note("dropped a line of %d bytes that is not JSON" % len(line))
         return None
@@ -94,7 +90,7 @@ class Wire:
     def __init__(self, fd_in: int, fd_out: int) -> None:
         self.fd_in = fd_in
         self.fd_out = fd_out
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._broken = False
 
     @classmethod

@@ -20,11 +20,10 @@ record has the exact params; once it is resolved no copy is left.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 
-from mu import names
+from mu import jsontext, names
 from mu.errors import UsageError
 from mu.records import NamedTuple
 from mu.store import db, listing
@@ -170,7 +169,7 @@ else:
 def _provider(row: sqlite3.Row) -> ProviderHost:
     return ProviderHost(
         row["name"], row["plugin"], row["instance"], row["key"], row["handle"], row["params_sha256"],
-        json.loads(row["facts"]), row["state"], row["reason"], row["deadline_at"], row["idle_reclaim_ms"],
+        jsontext.loads(row["facts"]), row["state"], row["reason"], row["deadline_at"], row["idle_reclaim_ms"],
         row["max_jobs"], row["acquired_at"], row["changed_at"],
     )
 
@@ -252,7 +251,7 @@ def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> D
     """protocol "The host": an omitted fact keeps its value, `null` clears it.
     `deadlineAt` and `idleReclaimMs` are facts mu keeps in their own columns."""
     row = conn.execute("SELECT facts, deadline_at, idle_reclaim_ms FROM hosts WHERE name = ?", (name,)).fetchone()
-    facts = json.loads(row["facts"])
+    facts = jsontext.loads(row["facts"])
     deadline_at, idle = row["deadline_at"], row["idle_reclaim_ms"]
     for fact, value in patch.items():
         if fact in ("state", "handle"):
@@ -267,7 +266,7 @@ def patch_facts(conn: sqlite3.Connection, name: str, patch: Dict[str, Any]) -> D
             facts[fact] = value
     conn.execute(
         "UPDATE hosts SET facts = ?, deadline_at = ?, idle_reclaim_ms = ?, changed_at = ? WHERE name = ?",
-        (json.dumps(facts, sort_keys=True), deadline_at, idle, now_ms(), name),
+        (jsontext.dumps(facts, sort_keys=True), deadline_at, idle, now_ms(), name),
     )
     return facts
 

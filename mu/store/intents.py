@@ -27,10 +27,11 @@ values and reads as before.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 
+from mu import jsontext
+from mu.digest import sha256_hex
 from mu.ids import uuid7
 from mu.records import NamedTuple
 from mu.store import db
@@ -43,10 +44,9 @@ if TYPE_CHECKING:
 
 
 def params_digest(params: Dict[str, Any]) -> str:
-    import hashlib  # here: OpenSSL's start-up is milliseconds, and only writers hash
 
-    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    canonical = jsontext.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256_hex(canonical)
 
 
 # The params an effect's intent never keeps the values of: (method, path).
@@ -57,10 +57,8 @@ WITHHELD_KEY = "$withheld"
 def env_digest(key: str, env: Dict[str, str]) -> str:
     """sha256 over the sorted name=value pairs, salted with the effect key:
     the same values give the same digest for this key only."""
-    import hashlib
-
-    text = json.dumps([key, sorted(env.items())], separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    text = jsontext.dumps([key, sorted(env.items())], separators=(",", ":"), ensure_ascii=False)
+    return sha256_hex(text)
 
 
 def _split(method: str, key: str, params: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
@@ -118,13 +116,13 @@ def _record(row: sqlite3.Row) -> IntentRecord:
     resolver = None
     if row["resolver_pid"] is not None:
         resolver = (row["resolver_pid"], row["resolver_started"])
-    params = json.loads(row["params"])
+    params = jsontext.loads(row["params"])
     withheld = params.pop(WITHHELD_KEY, None) if isinstance(params, dict) else None
     return IntentRecord(
         row["id"], row["subject"], row["method"], row["key"], params, row["params_sha256"],
         row["plugin"], row["instance"], (row["writer_pid"], row["writer_started"]),
         (row["plugin_pgid"], row["plugin_started"]), resolver, row["written_at"],
-        tuple((int(g[0]), float(g[1])) for g in json.loads(row["resent_groups"])),
+        tuple((int(g[0]), float(g[1])) for g in jsontext.loads(row["resent_groups"])),
         withheld if isinstance(withheld, dict) else None,
     )
 
@@ -133,7 +131,7 @@ def _stored(params: Dict[str, Any], withheld: Optional[Dict[str, Any]]) -> str:
     body = dict(params)
     if withheld is not None:
         body[WITHHELD_KEY] = withheld
-    return json.dumps(body, sort_keys=True)
+    return jsontext.dumps(body, sort_keys=True)
 
 
 def _scrubbing(conn: sqlite3.Connection) -> None:
@@ -188,12 +186,12 @@ def mark_sent(intent: IntentRecord) -> None:
         row = conn.execute("SELECT params FROM effects WHERE id = ?", (intent.id,)).fetchone()
         if row is None:
             return
-        body = json.loads(row["params"])
+        body = jsontext.loads(row["params"])
         mark = body.get(WITHHELD_KEY)
         if not isinstance(mark, dict) or mark.get("sent"):
             return
         mark["sent"] = True
-        conn.execute("UPDATE effects SET params = ? WHERE id = ?", (json.dumps(body, sort_keys=True), intent.id))
+        conn.execute("UPDATE effects SET params = ? WHERE id = ?", (jsontext.dumps(body, sort_keys=True), intent.id))
 
 
 def same_but_withheld(intent: IntentRecord, params: Dict[str, Any], part: str) -> bool:
@@ -256,7 +254,7 @@ def resent(intent: IntentRecord, group: Tuple[int, float]) -> IntentRecord:
     groups = intent.resent_groups + (group,)
     with db.transaction() as conn:
         conn.execute("UPDATE effects SET resent_groups = ? WHERE id = ?",
-                     (json.dumps([list(g) for g in groups]), intent.id))
+                     (jsontext.dumps([list(g) for g in groups]), intent.id))
     return intent._replace(resent_groups=groups)
 
 

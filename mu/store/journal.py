@@ -46,7 +46,6 @@ and follows them exactly as other entries.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import sys
@@ -54,7 +53,7 @@ import threading
 import time
 from time import monotonic as _monotonic
 
-from mu import environment
+from mu import environment, jsontext
 from mu.errors import MuError
 from mu.ids import uuid7_batch, uuid7_floor
 from mu.store import db
@@ -306,7 +305,7 @@ def _calls_data(calls: List[tuple], row_at: int, to_wall: float) -> str:
         "kind": list(map(index.__getitem__, keys)),
         "us": list(map(round, map((1e6).__mul__, seconds))),
     }
-    return json.dumps(data, ensure_ascii=False, check_circular=False, separators=(",", ":"))
+    return jsontext.dumps(data, ensure_ascii=False, check_circular=False, separators=(",", ":"))
 
 
 def _call_entry(method: str, target: Any, seconds: float, outcome: str) -> str:
@@ -469,7 +468,7 @@ def _calls_of(row: tuple) -> List[Entry]:
     row_id, at, plugin, pid, mu_pid, stream, _, calls = row
     head = row_id[:-_COUNT_HEX]
     try:
-        data = json.loads(calls)
+        data = jsontext.loads(calls)
         kinds = data["kinds"]
         return [
             Entry(f"{head}{count:05x}", at + after, plugin, pid, mu_pid, stream,

@@ -26,6 +26,7 @@ import time
 
 from mu import environment
 from mu.deadline import Deadline
+from mu.digest import sha256_hex
 from mu.errors import Refused, StateError
 from mu.store.db import nearest_existing
 
@@ -50,10 +51,8 @@ _READABLE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 def file_name(subject: str) -> str:
     """The lock file's name for `subject`: the same subject always gets the
     same name, two subjects never do (128 bits of sha256 tell them apart)."""
-    import hashlib  # here: OpenSSL's start-up, paid by a lock's taker only
-
     readable = "".join(c if c in _READABLE else "_" for c in subject[:PREFIX_CHARS])
-    digest = hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    digest = sha256_hex(subject)[:32]
     return f"{readable}.{digest}.lock"
 
 

@@ -16,9 +16,9 @@ other.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
+from mu import jsontext
 from mu.records import NamedTuple
 from mu.store import db
 
@@ -106,8 +106,8 @@ def latest(conn: sqlite3.Connection) -> Optional[Group]:
 
 
 def changes(conn: sqlite3.Connection, group: int) -> List[Change]:
-    return [Change(r["seq"], r["tbl"], r["op"], r["key"], json.loads(r["before"]) if r["before"] else None,
-                   json.loads(r["after"]) if r["after"] else None)
+    return [Change(r["seq"], r["tbl"], r["op"], r["key"], jsontext.loads(r["before"]) if r["before"] else None,
+                   jsontext.loads(r["after"]) if r["after"] else None)
             for r in conn.execute("SELECT * FROM op_log WHERE grp = ? ORDER BY seq", (group,))]
 
 
@@ -133,7 +133,7 @@ def current(conn: sqlite3.Connection, tbl: str, key: str) -> Optional[Dict[str, 
     where, values = _where(tbl, key)
     row = conn.execute(f"SELECT json_object({', '.join(f'{c!r}, {c}' for c in cols)}) FROM {tbl} WHERE {where}",
                        values).fetchone()
-    return json.loads(row[0]) if row else None
+    return jsontext.loads(row[0]) if row else None
 
 
 def inverse(conn: sqlite3.Connection, change: Change) -> None:

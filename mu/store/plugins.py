@@ -9,10 +9,10 @@ trust"; docs/DECISIONS.md, "Re-registration checks what each consumer needs").
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 
+from mu import jsontext
 from mu.errors import NotFound, Refused
 from mu.records import NamedTuple
 from mu.store import db
@@ -52,7 +52,7 @@ class PluginRecord(NamedTuple):
 
 
 def _record(row: Any) -> PluginRecord:
-    return PluginRecord(row["name"], json.loads(row["argv"]), json.loads(row["handshake"]), row["channel"], row["added_at"], row["updated_at"])
+    return PluginRecord(row["name"], jsontext.loads(row["argv"]), jsontext.loads(row["handshake"]), row["channel"], row["added_at"], row["updated_at"])
 
 
 def get(name: str) -> PluginRecord:
@@ -114,9 +114,9 @@ def register(
     channel = channel_of(handshake)
     with db.transaction() as conn:
         row = conn.execute("SELECT * FROM plugins WHERE name = ?", (name,)).fetchone()
-        if row is not None and json.loads(row["argv"]) != argv and not replace:
+        if row is not None and jsontext.loads(row["argv"]) != argv and not replace:
             raise Refused(
-                f"plugin {name!r} is registered with another argv: {' '.join(json.loads(row['argv']))}",
+                f"plugin {name!r} is registered with another argv: {' '.join(jsontext.loads(row['argv']))}",
                 f"`mu plugin add --force` replaces it, naming what it strands; or run `mu plugin rm {name}` first",
             )
         if channel is not None:
@@ -124,13 +124,13 @@ def register(
             if holder is not None:
                 raise Refused(f"channel {channel!r} is held by plugin {holder['name']!r}")
         if row is not None and check is not None:
-            check(conn, json.loads(row["handshake"]))
+            check(conn, jsontext.loads(row["handshake"]))
         added = row["added_at"] if row is not None else now
         conn.execute(
             "INSERT INTO plugins (name, argv, handshake, channel, added_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(name) DO UPDATE SET argv = excluded.argv, handshake = excluded.handshake,"
             " channel = excluded.channel, updated_at = excluded.updated_at",
-            (name, json.dumps(argv), json.dumps(handshake, sort_keys=True), channel, added, now),
+            (name, jsontext.dumps(argv), jsontext.dumps(handshake, sort_keys=True), channel, added, now),
         )
     return PluginRecord(name, argv, handshake, channel, added, now)
 

@@ -52,14 +52,13 @@ never acquired, it answers null too.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
-import re
-import signal
 import time
 
-from mu import sdk
+from mu import jsontext, sdk
+from mu.digest import sha256_hex
+from mu.lazy import LazyPattern
 from mu.plugins.kubernetes.kube import CONTAINER, NAMESPACE, Options, Pod, first_line, get_json, kubectl, split_handle
 from mu.plugins.shellhost import boxes
 from mu.plugins.shellhost.job import call_end
@@ -71,8 +70,8 @@ if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start
 ACQUIRE_PARAMS = ("image", "cpu", "memory", "namespace", "serviceAccount", "pull", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
 PREFIX = "mu.io/"
-QUANTITY = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
-ACCOUNT = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+QUANTITY = LazyPattern(r"[0-9]{1,12}(\.[0-9]{1,6})?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
+ACCOUNT = LazyPattern(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 PULL = ("IfNotPresent", "Always", "Never")
 EFFECT_S = 50.0  # inside mu's effect timeout: a first pod on a node may pull its image
 READ_S = 8.0
@@ -86,11 +85,11 @@ SLEEP = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 
 def pod_name(instance: str, namespace: str, key: str) -> str:
     text = "%s\0%s\0%s" % (instance, namespace, key)
-    return "mu-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return "mu-" + sha256_hex(text)[:20]
 
 
 def key_label(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return sha256_hex(key)[:40]
 
 
 class HostSeam:
@@ -113,7 +112,7 @@ class HostSeam:
         deadline_at = boxes.now_ms() + wanted["ttl_ms"] if "ttl_ms" in wanted else None
         manifest = self._manifest(namespace, name, key, digest, wanted, deadline_at)
         ran = kubectl(self.options, ["--namespace", namespace, "create", "-f", "-", "-o", "name"], end, call,
-                      data=json.dumps(manifest).encode())
+                      data=jsontext.dumps(manifest).encode())
         said = ran.err.decode("utf-8", "replace")
         if ran.ended != "exit":
             raise sdk.UnknownOutcome("kubectl create of pod %s did not end in time" % name)
@@ -355,7 +354,7 @@ def _crash_point(point: str) -> None:
     (mu's own MU_CRASH_AT never reaches a plugin).  Points: `created` (the
     pod is created; the acquire has not seen it run)."""
     if os.environ.get("MU_KUBE_CRASH_AT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _signal.SIGKILL)
 
 
 def _annotations(found: Dict[str, Any]) -> Dict[str, str]:

@@ -24,15 +24,13 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import hashlib
-import json
+import _thread
 import os
-import re
-import shlex
-import threading
 from collections import namedtuple
 
-from mu import sdk
+from mu import jsontext, sdk, shellwords
+from mu.digest import sha256_hex
+from mu.lazy import LazyPattern
 from mu.plugins.shellhost import boxes, runner
 from mu.plugins.shellhost.boxes import first_line
 
@@ -43,8 +41,8 @@ if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start (
 DEFAULT_WORK = "/mu"
 CONTAINER = "agent"  # the one container of a pod this plugin makes
 # a handle: <namespace>/mu-<20 hex> (see host.pod_name)
-HANDLE = re.compile(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(mu-[0-9a-f]{20})\Z")
-NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+HANDLE = LazyPattern(r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/(mu-[0-9a-f]{20})\Z")
+NAMESPACE = LazyPattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 ENV_KEPT = ("PATH", "HOME", "KUBECONFIG", "LANG", "LC_ALL", "TMPDIR", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
             "https_proxy", "http_proxy", "no_proxy", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
 REQUEST_TIMEOUT = "10s"
@@ -84,7 +82,7 @@ class Options(namedtuple("Options", "kubectl kubeconfig context namespace work c
         """The backend (protocol "Handshake"): kubectl's kubeconfig, context
         and namespace as registered, and the work folder."""
         text = "\0".join(["kubernetes", self.kubeconfig or "", self.context or "", self.namespace or "", self.work])
-        return "kubernetes-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return "kubernetes-" + sha256_hex(text)[:12]
 
 
 def kubectl(options: Options, args: Sequence[str], end: float, cancel: Any = None, data: bytes = b"") -> runner.Ran:
@@ -108,7 +106,7 @@ def get_json(options: Options, args: Sequence[str], end: float, cancel: Any = No
             return None
         raise fail("kubectl get failed: %s" % first_line(said))
     try:
-        found = json.loads(ran.out.decode("utf-8", "replace"))
+        found = jsontext.loads(ran.out.decode("utf-8", "replace"))
     except ValueError:
         raise fail("kubectl get answered no JSON") from None
     return found if isinstance(found, dict) else None
@@ -144,7 +142,7 @@ class Pod(boxes.ExecBox):
         """git's ssh command: a shell function that runs the pack command
         git gives (its last word) in this pod through `kubectl exec -i`;
         git's host word and ssh options before it are dropped."""
-        words = " ".join(shlex.quote(w) for w in self.exec_words())
+        words = " ".join(shellwords.quote(w) for w in self.exec_words())
         return 'mu_kube() { while [ $# -gt 1 ]; do shift; done; exec %s sh -c "$1"; }; mu_kube' % words
 
     def broken(self, code: Optional[int], text: str) -> Optional[sdk.PluginError]:
@@ -171,7 +169,7 @@ class Pods:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._pods: Dict[str, Pod] = {}
 
     def get(self, handle: str, end: float = 0.0, cancel: Any = None) -> Pod:

@@ -19,11 +19,10 @@ kubeconfig, context and namespace given and the work folder.
 
 from __future__ import annotations
 
-import re
-import shlex
 import time
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.plain import is_name
 from mu.plugins.kubernetes import host
 from mu.plugins.kubernetes.kube import DEFAULT_WORK, NAMESPACE, Options, Pod, Pods, first_line, kubectl
 from mu.plugins.shellhost import channel, job, link, programs, remote
@@ -34,7 +33,6 @@ if TYPE_CHECKING:  # a checker's only: typing is no cost of the plugin's start
 
 USAGE = ("usage: mu-plugin-kubernetes [--kubectl <path>] [--kubeconfig <file>] [--context <name>]"
          " [--namespace <ns>] [--work <dir>] [--name <name>]")
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 VERSION = "0.1.0"
 KIND = "kubernetes-tmux"
 REACH_STEPS = ("git", "tmux", "flock", "python3", "work")
@@ -77,7 +75,7 @@ class KubernetesPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.Channe
         """A view of job `key`: its tmux session, attached through `kubectl exec -it`."""
         argv = self.options.command("--namespace", conn.namespace, "exec", "-it", conn.dest, "-c", "agent", "--",
                                     "tmux", "-L", self.tmux_socket(), "attach-session", "-t", "=" + job.job_name(key))
-        return {"command": " ".join(shlex.quote(a) for a in argv), "env": {}}
+        return {"command": " ".join(shellwords.quote(a) for a in argv), "env": {}}
 
     @sdk.method("job.start")
     def start_job(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:
@@ -152,7 +150,7 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
     if not work.startswith("/") or work.rstrip("/") == "":
         raise ValueError("--work must be an absolute folder other than /")
     name = single["--name"] or ""
-    if not NAME.match(name):
+    if not is_name(name):  # mu's plugin names
         raise ValueError("--name must be a plugin name ([a-z0-9][a-z0-9_-]*), not %s" % name)
     return Options(single["--kubectl"] or "kubectl", single["--kubeconfig"], single["--context"], namespace,
                    work.rstrip("/")), name

@@ -10,7 +10,7 @@ a host.  Each check raises `sdk.Permanent` with a one-line reason.
 import os
 
 from mu import sdk
-from mu.plugins.local.layout import HANDLE, job_handle, job_name
+from mu.plugins.local.layout import is_handle, job_handle, job_name
 
 DEFAULT_TIMEOUT_MS = 20000
 DEDUPE_WINDOW_MS = 600000
@@ -38,7 +38,7 @@ def digest_of(params: dict) -> str:
 
 def handle_of(host: dict) -> str:
     handle = host.get("handle")
-    if not isinstance(handle, str) or not HANDLE.match(handle):
+    if not isinstance(handle, str) or not is_handle(handle):
         raise sdk.Permanent("target.host.handle names no host of this plugin (its hosts come from host.acquire)")
     return handle
 

@@ -10,9 +10,10 @@ with a hard link, which fails if the name exists, so the first writer wins
 Folders are made mode 0700.
 """
 
-import json
 import os
 import time
+
+from mu import jsontext
 
 
 def ensure_dir(path: str) -> None:
@@ -24,7 +25,7 @@ def read_json(path: str) -> "dict | None":
     cannot be read (records are replaced whole, so that is damage)."""
     try:
         with open(path, "rb") as f:
-            value = json.loads(f.read().decode("utf-8"))
+            value = jsontext.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -37,7 +38,7 @@ def _temp_json(path, value):
 
     fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     with os.fdopen(fd, "wb") as f:
-        f.write(json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+        f.write(jsontext.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
         f.flush()
         os.fsync(f.fileno())
     return temp
@@ -57,7 +58,7 @@ def write_private(path: str, value: dict) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         os.fchmod(f.fileno(), 0o600)
-        f.write(json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+        f.write(jsontext.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8"))
         f.flush()
         os.fsync(f.fileno())
 

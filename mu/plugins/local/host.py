@@ -28,16 +28,16 @@ instance is not this plugin's is refused (permanent).
 """
 
 import os
-import re
 
 from mu import sdk
+from mu.lazy import LazyPattern
 from mu.plugins.local.fields import digest_of, handle_of, key_of
 from mu.plugins.local.files import listdir, now_ms, read_json, remove_tree, write_json
 from mu.plugins.local.layout import JOB_FILE, host_handle
 from mu.plugins.local.processes import end_job
 
 ACQUIRE_PARAMS = ("root", "ttl_ms", "max_jobs", "idle_reclaim_ms")
-DIGITS = re.compile(r"[0-9]{1,18}\Z")
+DIGITS = LazyPattern(r"[0-9]{1,18}\Z")
 
 
 class HostSeam:

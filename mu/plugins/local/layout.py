@@ -18,18 +18,24 @@ channel's own records (channel.py) sit beside them.  These names are
 stable: the plugin reads folders an earlier process wrote.
 """
 
-import hashlib
 import os
-import re
 
-HANDLE = re.compile(r"h-[0-9a-f]{12}\Z")
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}\Z")
+from mu.digest import sha256_hex
+from mu.plain import is_plain
+
+_HEX = frozenset("0123456789abcdef")
 # the job folder's files
 JOB_FILE, PID_FILE, EXIT_FILE, STOP_FILE = "job.json", "pid.json", "exit.json", "stopped.json"
 LOG_FILE = "output.log"  # a detached job's stdout and stderr
 # the spec's env values (mode 0600), apart from job.json: the job's wrapper
 # reads them and removes the file before the command starts; a stop removes it
 ENV_FILE = "env.json"
+
+
+def is_handle(text: str) -> bool:
+    """Whether `text` is a host's handle as `host_handle` makes them:
+    "h-" and 12 lower-case hex digits."""
+    return len(text) == 14 and text.startswith("h-") and _HEX.issuperset(text[2:])
 
 
 def host_handle(key: str) -> str:
@@ -40,7 +46,7 @@ def host_handle(key: str) -> str:
 def job_name(key: str) -> str:
     """The job folder's name for `key`: the key itself when it is a plain
     file name, else a digest of it."""
-    if PLAIN_NAME.match(key):
+    if is_plain(key, 100):
         return key
     return "k-" + sha(key)[:16]
 
@@ -69,4 +75,4 @@ def default_instance(root: str) -> str:
 
 
 def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_hex(text)

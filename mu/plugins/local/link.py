@@ -14,14 +14,14 @@ one).
 """
 
 import os
-import re
 import time
 
 from mu import sdk
+from mu.lazy import LazyPattern
 from mu.plugins.local.fields import inside, timeout_of
 
 MAX_SCRIPT_BYTES = 65536  # a script goes to `sh -c` as one argument: well under the kernel's 128 KiB
-REV = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
+REV = LazyPattern(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 
 
 class LinkSeam:

@@ -40,9 +40,9 @@ a job folder; processes.py holds them.  Errors go to stderr as one line
 that starts "mu-plugin-local: ", with exit status 2 for a bad argv.
 """
 
+import _thread
 import os
 import sys
-import threading
 
 from mu import sdk
 from mu.plugins.local.channel import CHANNEL_CAPS, ChannelSeam
@@ -112,7 +112,7 @@ class Local(HostSeam, LinkSeam, JobSeam, ChannelSeam, sdk.Plugin):
         self.name = name  # the registered name: mu-plugin-<name> is how mu ran us
         self.view = view
         self.program = program or os.path.realpath(sys.argv[0])
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._stores = {}
 
     def instance(self) -> str:

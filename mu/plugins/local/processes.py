@@ -40,14 +40,12 @@
 plugin's start-up does not pay for them.
 """
 
-import json
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
-import shlex
-import signal
 import sys
 import time
 
-from mu import sdk
+from mu import jsontext, sdk, shellwords
 from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree, write_json
 from mu.plugins.local.layout import ENV_FILE, EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, STOP_FILE
 
@@ -99,7 +97,7 @@ def view_of(folder: str, job: dict, program: str) -> dict:
 
 
 def _self_command(flag, folder, program):
-    return " ".join(shlex.quote(a) for a in (sys.executable, program, flag, folder))
+    return " ".join(shellwords.quote(a) for a in (sys.executable, program, flag, folder))
 
 
 def _job_env(base, job, folder, values=None):
@@ -204,7 +202,7 @@ def launch_job(folder: str, program: str) -> int:
         if claimed and claimed.get("pid") == wrapper.pid and (ended is not None or not os.path.exists(
                 os.path.join(folder, ENV_FILE))):
             # claimed, and its env file read and gone: the start leaves no value behind
-            sys.stdout.write(json.dumps(claimed) + "\n")
+            sys.stdout.write(jsontext.dumps(claimed) + "\n")
             return 0
         if ended is not None:
             sys.stderr.write("mu-plugin-local: the job exited (status %d) without claiming %s\n" % (ended, folder))
@@ -279,9 +277,9 @@ def end_job(folder: "str | None", token: "str | None") -> None:
     if live or group is not None:
         try:
             if group is not None:
-                os.killpg(group, signal.SIGTERM)
+                os.killpg(group, _signal.SIGTERM)
             else:
-                os.kill(wrapper["pid"], signal.SIGTERM)
+                os.kill(wrapper["pid"], _signal.SIGTERM)
         except OSError:
             pass
         give_up = time.monotonic() + STOP_GRACE_S
@@ -302,7 +300,7 @@ def end_job(folder: "str | None", token: "str | None") -> None:
                 break
             for pid in members:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, _signal.SIGKILL)
                 except OSError:
                     pass
             time.sleep(0.02)
@@ -404,8 +402,8 @@ def run_job(folder: str) -> int:
             except OSError:
                 pass
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
+    for signum in (_signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(signum, forward)
     stat = proc_stat(os.getpid())
     me = {"pid": os.getpid(), "pgid": os.getpgrp(), "start": stat[1] if stat else None, "at": now_ms()}
     if not create_json(os.path.join(folder, PID_FILE), me):
@@ -547,8 +545,8 @@ def follow_job(folder: str) -> int:
     def stop(signum, _frame):
         stopping.append(signum)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, stop)
+    for signum in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT):
+        _signal.signal(signum, stop)
     path = os.path.join(folder, LOG_FILE)
     job = read_json(os.path.join(folder, JOB_FILE)) or {}
     out = sys.stdout.buffer

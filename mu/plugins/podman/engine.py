@@ -30,15 +30,14 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import hashlib
+import _thread
 import os
-import re
-import shlex
 import sys
-import threading
 from collections import namedtuple
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.digest import sha256_hex
+from mu.lazy import LazyPattern
 from mu.plugins.shellhost import boxes, runner
 from mu.plugins.shellhost.boxes import first_line
 
@@ -54,7 +53,7 @@ CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execc.py")
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 ENGINES = ("podman", "docker")
 # a container this plugin makes: mu- and 20 hex (see host.box_name)
-BOX_NAME = re.compile(r"mu-[0-9a-f]{20}\Z")
+BOX_NAME = LazyPattern(r"mu-[0-9a-f]{20}\Z")
 ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
             "DOCKER_HOST", "CONTAINER_HOST")
 # what the engine prints when the container is not there, or not running
@@ -91,7 +90,7 @@ class Options(namedtuple("Options", "engine engine_args containers_conf work sta
         """The backend (protocol "Handshake"): the engine, its args, its
         containers.conf and the work folder."""
         text = "\0".join([self.engine] + list(self.engine_args) + [self.containers_conf or "", self.work])
-        return self.engine + "-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return self.engine + "-" + sha256_hex(text)[:12]
 
 
 def default_state() -> str:
@@ -148,10 +147,10 @@ class Box(boxes.ExecBox):
         it, through the exec client; git's ssh options before them are
         dropped."""
         client = client_argv(self.options, "@FOLDER@", "@NAME@")
-        words = " ".join(shlex.quote(w) for w in client)
+        words = " ".join(shellwords.quote(w) for w in client)
         words = words.replace("@FOLDER@", '"$mu_f"').replace("@NAME@", '"$1"')
-        env = "CONTAINERS_CONF=%s " % shlex.quote(self.options.containers_conf) if self.options.containers_conf else ""
-        folder = shlex.quote(os.path.dirname(self.options.box_folder(self.dest)))
+        env = "CONTAINERS_CONF=%s " % shellwords.quote(self.options.containers_conf) if self.options.containers_conf else ""
+        folder = shellwords.quote(os.path.dirname(self.options.box_folder(self.dest)))
         return ('mu_box() { while [ $# -gt 2 ]; do shift; done; mu_f=%s/"$1"; %sexec %s sh -c "$2"; }; mu_box'
                 % (folder, env, words))
 
@@ -172,7 +171,7 @@ class Boxes:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._boxes: Dict[str, Box] = {}
 
     def get(self, name: str, end: float = 0.0, cancel: Any = None) -> Box:

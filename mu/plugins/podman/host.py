@@ -47,14 +47,13 @@ for a key never acquired, it answers null too.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
-import re
-import signal
 import time
 
-from mu import sdk
+from mu import jsontext, sdk
+from mu.digest import sha256_hex
+from mu.lazy import LazyPattern
 from mu.plugins.podman.engine import BOX_MOUNT, SERVER, Box, Options, engine_run, first_line
 from mu.plugins.shellhost import boxes
 from mu.plugins.shellhost.job import call_end
@@ -68,15 +67,15 @@ if TYPE_CHECKING:
 ACQUIRE_PARAMS = ("image", "cpus", "memory", "network", "ttl_ms", "max_jobs")
 KEY_CAPABILITIES = {"lookup": True, "fenceKey": False, "inFlightMs": 10000}
 LABEL = "io.mu"  # the labels' prefix
-CPUS = re.compile(r"[0-9]{1,4}(\.[0-9]{1,3})?\Z")
-MEMORY = re.compile(r"[0-9]{1,12}[bkmgBKMG]?\Z")
-NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}\Z")
+CPUS = LazyPattern(r"[0-9]{1,4}(\.[0-9]{1,3})?\Z")
+MEMORY = LazyPattern(r"[0-9]{1,12}[bkmgBKMG]?\Z")
+NETWORK = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}\Z")
 EFFECT_S = 50.0  # inside mu's effect timeout: a first run may unpack an image
 READ_S = 8.0
 # The container's first process: the exec server (execd.py) under the
 # image's python3, until the deadline (or for ever); an image without
 # python3 gets `sleep` instead and the `engine` marker, so every call goes
-# through the engine's exec.  Both end at once on the engine's stop signal.
+# through the engine's exec.  Both end at once on the engine's stop _signal.
 FIRST = ('d=%s; if command -v python3 >/dev/null 2>&1 && [ -f "$d/execd.py" ]; then exec python3 "$d/execd.py" "$d" "$1"; fi; '
          'echo "the image has no python3: calls go through the engine\'s exec" > "$d/engine"; '
          'trap "exit 0" TERM INT; if [ "$1" = - ]; then sleep infinity & else sleep "$1" & fi; wait; exit 0'
@@ -85,7 +84,7 @@ FIRST = ('d=%s; if command -v python3 >/dev/null 2>&1 && [ -f "$d/execd.py" ]; t
 
 def box_name(instance: str, key: str) -> str:
     text = "%s\0%s" % (instance, key)
-    return "mu-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return "mu-" + sha256_hex(text)[:20]
 
 
 class HostSeam:
@@ -270,7 +269,7 @@ class HostSeam:
                 return None
             raise sdk.Retryable("%s inspect failed: %s" % (self.options.engine, first_line(said)))
         try:
-            found = json.loads(ran.out.decode("utf-8", "replace"))
+            found = jsontext.loads(ran.out.decode("utf-8", "replace"))
         except ValueError:
             raise sdk.Retryable("%s inspect answered no JSON" % self.options.engine) from None
         found = found[0] if isinstance(found, list) and found else found
@@ -340,7 +339,7 @@ def _crash_point(point: str) -> None:
     (mu's own MU_CRASH_AT is local-only and never reaches a plugin).
     Points: `created` (the container is created, not yet started)."""
     if os.environ.get("MU_PODMAN_CRASH_AT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _signal.SIGKILL)
 
 
 def _labels(found: Dict[str, Any]) -> Dict[str, str]:

@@ -25,11 +25,10 @@ the engine, its args, the containers.conf and the work folder.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import time
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.plain import is_name
 from mu.plugins.podman import host
 from mu.plugins.podman.engine import DEFAULT_WORK, ENGINES, Box, Boxes, Options
 from mu.plugins.shellhost import channel, job, link, programs, remote
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 USAGE = ("usage: mu-plugin-podman [--engine podman|docker] [--engine-arg <arg>]... [--containers-conf <file>]"
          " [--work <dir>] [--state <dir>] [--name <name>]")
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 VERSION = "0.1.0"
 KIND = "podman-tmux"
 REACH_STEPS = ("git", "tmux", "flock", "python3", "work")
@@ -85,7 +83,7 @@ class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSea
         argv = self.options.command("exec", "-it", conn.dest, "tmux", "-L", self.tmux_socket(), "attach-session",
                                     "-t", "=" + job.job_name(key))
         env = {"CONTAINERS_CONF": self.options.containers_conf} if self.options.containers_conf else {}
-        return {"command": " ".join(shlex.quote(a) for a in argv), "env": env}
+        return {"command": " ".join(shellwords.quote(a) for a in argv), "env": env}
 
     # -- what differs from the SSH provider's use of the seams ----------------------
 
@@ -157,7 +155,7 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
     if state is not None and (not os.path.isabs(state) or "\0" in state or "\n" in state):
         raise ValueError("--state must be an absolute folder, not %s" % state)
     name = single["--name"] or ""
-    if not NAME.match(name):
+    if not is_name(name):  # mu's plugin names
         raise ValueError("--name must be a plugin name ([a-z0-9][a-z0-9_-]*), not %s" % name)
     return Options(single["--engine"] or "podman", tuple(engine_args), conf, work.rstrip("/"), state or ""), name
 

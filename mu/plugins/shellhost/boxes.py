@@ -17,21 +17,20 @@ handshake needs none of it (issue 31).
 
 from __future__ import annotations
 
-import contextlib
-import re
-import threading
 import time
 
 from mu import sdk
+from mu.lazy import LazyPattern
 from mu.plugins.shellhost import runner
+from mu.plugins.shellhost.sessions import Sessions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a checker's only
-    from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 SESSIONS = 16  # exec sessions one box carries at once
-DIGITS = re.compile(r"[0-9]{1,15}\Z")
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
+DIGITS = LazyPattern(r"[0-9]{1,15}\Z")
+IMAGE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,254}\Z")
 COUNTS = (("ttl_ms", 1000), ("max_jobs", 0))  # the params both take, whole numbers, and their least
 
 
@@ -101,22 +100,19 @@ class ExecBox:
     options: Any
 
     def __init__(self) -> None:
-        self._sessions = threading.BoundedSemaphore(SESSIONS)
+        self._sessions: Optional[Sessions] = None
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
         """The command line that runs sh `program` in the box, with the
         work folder as its first argument and then `args`."""
         raise NotImplementedError
 
-    @contextlib.contextmanager
-    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
-        while not self._sessions.acquire(timeout=0.05):
-            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
-                raise sdk.Retryable("all %d exec sessions of %s %s are busy" % (SESSIONS, self.kind, self.dest))
-        try:
-            yield
-        finally:
-            self._sessions.release()
+    def session(self, end: float, cancel: Any = None) -> Any:
+        """One of the box's exec sessions, for a `with` block
+        (`sessions.Sessions.held`)."""
+        if self._sessions is None:
+            self._sessions = Sessions(SESSIONS, "exec sessions of %s %s" % (self.kind, self.dest))
+        return self._sessions.held(end, cancel)
 
     def alive(self) -> bool:
         return True

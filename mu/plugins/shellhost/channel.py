@@ -49,15 +49,17 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import json
-import threading
+import _thread
 import time
 
-from mu import sdk
+from mu import jsontext, sdk
+from mu.lazy import Lazy
 from mu.plugins import demo_turns
 from mu.plugins.demo_turns import FIRST_INCARNATION, is_count, message_file
 from mu.plugins.shellhost import remote
 from mu.plugins.shellhost.job import job_name, target_key
+
+threading = Lazy("threading")  # with the first call that needs a thread or a semaphore
 
 # typing for the checker only: the plugin reaches its handshake without
 # importing it (issue 31)
@@ -669,7 +671,7 @@ def _watched(lines: List[str]) -> "tuple[Dict[str, str], Optional[str]]":
 
 
 _ROUNDS: Dict[str, Any] = {}  # each host's slots, by its dest
-_ROUNDS_LOCK = threading.Lock()
+_ROUNDS_LOCK = _thread.allocate_lock()
 
 
 class _round_slot:
@@ -728,14 +730,14 @@ def _other_params(msg_id: Optional[str], rec: str) -> str:
 
 def _json(text: str) -> Optional[Dict[str, Any]]:
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
 def _line(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+    return jsontext.dumps(value, separators=(",", ":"), ensure_ascii=True)
 
 
 def _now_ms() -> int:

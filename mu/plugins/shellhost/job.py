@@ -39,11 +39,10 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import hashlib
-import shlex
 import time
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.digest import sha256_hex
 from mu.plugins.shellhost import remote
 from mu.plugins.shellhost.shipped import shipped_on_host
 
@@ -72,7 +71,7 @@ def declaration(kind: str, channel: str) -> Dict[str, Any]:
 
 
 def job_name(key: str) -> str:
-    return "j-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return "j-" + sha256_hex(key)[:24]
 
 
 def job_token(instance: str, key: str) -> str:
@@ -80,7 +79,7 @@ def job_token(instance: str, key: str) -> str:
     instance (its -F and work folder), so a job of another instance on the
     same host with the same key is never taken for it."""
     text = "%s\0%s" % (instance, key)
-    return "ssh-job-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return "ssh-job-" + sha256_hex(text)[:32]
 
 
 def call_end(call: Any, seconds: float) -> float:
@@ -109,12 +108,12 @@ class JobSeam:
         conn, end = self._job_connection(call, EFFECT_S)
         # the env's values go in a file of their own (mode 0600), which
         # run.sh reads and removes before the command starts: run.sh keeps none
-        values = remote.env_file(dict(spec.get("env") or {}), shlex.quote).encode("utf-8")
+        values = remote.env_file(dict(spec.get("env") or {}), shellwords.quote).encode("utf-8")
         exports = {remote.JOB_VAR: job_token(self.options.instance(), key)}
         cmd, setup = spec["cmd"], ""
         if spec.get("commandSource") == "harness":
             cmd, setup = shipped_on_host(cmd)
-        body = values + (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shlex.quote)).encode("utf-8")
+        body = values + (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shellwords.quote)).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
         args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent,
                 str(len(values))]

@@ -33,11 +33,10 @@ What a caller may rely on:
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import time
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.lazy import LazyPattern
 from mu.plugins.shellhost import remote, runner
 from mu.plugins.shellhost.connection import Connection
 from mu.plugins.shellhost.job import call_end
@@ -61,7 +60,7 @@ BACKSTOP_S = 3  # the host kills a run this long past timeoutMs by itself
 PROOF_S = 4.0  # at most this long to prove a timed-out run gone (inside the protocol's grace)
 CANCEL_PROOF_S = 2.0  # the same after a cancel, inside the SDK's 4 s to end a handler
 OUTPUT_LIMIT = runner.LIMIT
-REV = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
+REV = LazyPattern(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 
 
 def declaration() -> Dict[str, Any]:
@@ -235,7 +234,7 @@ def _pack_command(conn: Connection, program: str, token: str) -> str:
     appends the repository's path as its last word."""
     body = ('W=$1; shift; case $W in /*) ;; *) W=$HOME/$W ;; esac; mkdir -p -- "$W" && cd -- "$W" && '
             'exec env %s=%s %s "$@"' % (remote.RUN_VAR, token, program))
-    return "sh -c %s mu-ssh %s" % (shlex.quote(body), shlex.quote(conn.options.work))
+    return "sh -c %s mu-ssh %s" % (shellwords.quote(body), shellwords.quote(conn.options.work))
 
 
 def _git_env(conn: Connection) -> Dict[str, str]:

@@ -12,12 +12,11 @@ of this machine is never copied (it may not run there).
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shlex
 import sys
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.digest import sha256_hex
 from mu.plugins.shellhost import remote
 
 TYPE_CHECKING = False
@@ -39,6 +38,8 @@ echo ok
 def put_programs(conn: Any, work: str, cmd: str, end: float, call: Any) -> str:
     """`cmd` with each script it names by an absolute path here put on the
     host through `conn` and named there; `cmd` itself when none is."""
+    import shlex  # here: only a job's spawn splits its command
+
     try:
         words = shlex.split(cmd)
     except ValueError:
@@ -55,10 +56,10 @@ def put_programs(conn: Any, work: str, cmd: str, end: float, call: Any) -> str:
             body = f.read()
         if i == 0 and not body.startswith(b"#!"):
             continue  # a binary of this machine: not ours to copy
-        path = "programs/%s/%s" % (hashlib.sha256(body).hexdigest()[:32], os.path.basename(word))
+        path = "programs/%s/%s" % (sha256_hex(body)[:32], os.path.basename(word))
         said = conn.op(PUT, [path], end, call, data=body, acts=True)
         if said[:1] != ["ok"]:
             raise sdk.Permanent("cannot put %s on %s" % (os.path.basename(word), conn.dest))
         words[i] = "%s/%s" % (work.rstrip("/"), path)
         changed = True
-    return " ".join(shlex.quote(w) for w in words) if changed else cmd
+    return " ".join(shellwords.quote(w) for w in words) if changed else cmd

@@ -23,11 +23,10 @@ a TERM) leaves no half copy behind.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 
 from mu import sdk
+from mu.digest import sha256_hex
 
 # typing for the checker only: the plugin reaches its handshake without
 # importing it (issue 31)
@@ -74,10 +73,14 @@ def build_bridge_zipapp(folder: str = BRIDGE) -> bytes:
     return out.getvalue()
 
 
-@functools.lru_cache(maxsize=1)
+_built: List[bytes] = []  # the zipapp, once built (no functools on the plugin's start)
+
+
 def bridge_zipapp() -> bytes:
     """build_bridge_zipapp(), built once in this process."""
-    return build_bridge_zipapp()
+    if not _built:
+        _built.append(build_bridge_zipapp())
+    return _built[0]
 
 
 def shipped_on_host(cmd: str) -> "tuple[str, str]":
@@ -88,7 +91,7 @@ def shipped_on_host(cmd: str) -> "tuple[str, str]":
     if program not in PROGRAMS:
         return cmd, ""
     data = bridge_zipapp()
-    name = "mu-bridge-%s.pyz" % hashlib.sha256(data).hexdigest()[:16]
+    name = "mu-bridge-%s.pyz" % sha256_hex(data)[:16]
     import base64
 
     text = base64.encodebytes(data).decode("ascii")  # lines of 76: no line is the marker

@@ -29,24 +29,25 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
+import _thread
 import os
-import re
-import shlex
-import threading
 import time
 from collections import namedtuple
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.digest import sha256_hex
+from mu.lazy import Lazy, LazyPattern
 from mu.plugins.shellhost import runner
+from mu.plugins.shellhost.sessions import Sessions
+
+threading = Lazy("threading")  # with the first call that needs a thread or a semaphore
 
 # subprocess is imported where ssh is run: a plugin's start to its
 # handshake runs none (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
-    from typing import Any, Dict, Iterator, List, Optional, Sequence
+    from typing import Any, Dict, List, Optional, Sequence
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -58,7 +59,7 @@ SESSIONS = 8
 MASTER_STOP_S = 1.0
 # an SSH destination as mu passes it (a host profile's name): no option, no
 # space, no path, no shell syntax
-DESTINATION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@%+-]{0,252}\Z")
+DESTINATION = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.@%+-]{0,252}\Z")
 
 
 class Options(namedtuple("Options", "config work alive_s connect_s",
@@ -79,7 +80,7 @@ class Options(namedtuple("Options", "config work alive_s connect_s",
         """The backend configuration (protocol "Handshake"): the config file
         and the work folder.  Another -F or --work is another instance."""
         text = "%s\0%s" % (self.config or "", self.work)
-        return "ssh-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return "ssh-" + sha256_hex(text)[:12]
 
 
 def destination(target: Optional[Dict[str, Any]]) -> str:
@@ -93,7 +94,7 @@ def destination(target: Optional[Dict[str, Any]]) -> str:
 
 def remote_command(program: str, work: str, args: Sequence[str]) -> str:
     """The command line the login shell runs: `sh -c <program> mu-ssh <work> <args>`."""
-    return " ".join(["sh", "-c", shlex.quote(program), "mu-ssh", shlex.quote(work)] + [shlex.quote(a) for a in args])
+    return " ".join(["sh", "-c", shellwords.quote(program), "mu-ssh", shellwords.quote(work)] + [shellwords.quote(a) for a in args])
 
 
 class Connection:
@@ -110,19 +111,12 @@ class Connection:
         self.dest = dest
         self.control_path = control_path  # None: the user's own master, at their ControlPath
         self.master = master  # ours, or None
-        self._sessions = threading.BoundedSemaphore(SESSIONS)
+        self._sessions = Sessions(SESSIONS, "sessions to %s" % dest)
 
-    @contextlib.contextmanager
-    def session(self, end: float, cancel: Any = None) -> Iterator[None]:
+    def session(self, end: float, cancel: Any = None) -> Any:
         """Hold one of the connection's sessions until the block ends;
         `Retryable` when none frees up by `end` (nothing was sent)."""
-        while not self._sessions.acquire(timeout=0.05):
-            if time.monotonic() >= end or (cancel is not None and cancel.is_set()):
-                raise sdk.Retryable("all %d sessions to %s are busy" % (SESSIONS, self.dest))
-        try:
-            yield
-        finally:
-            self._sessions.release()
+        return self._sessions.held(end, cancel)
 
     def alive(self) -> bool:
         return self.master is None or self.master.poll() is None
@@ -139,7 +133,7 @@ class Connection:
 
     def git_ssh_command(self) -> str:
         """GIT_SSH_COMMAND: this connection's client, for git's transport."""
-        return " ".join(shlex.quote(a) for a in self.client())
+        return " ".join(shellwords.quote(a) for a in self.client())
 
     def broken(self, code: Optional[int], text: str) -> Optional[sdk.PluginError]:
         """ssh's own failure (status 255) when it shows nothing ran: a
@@ -183,7 +177,7 @@ class Connections:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._by_dest: Dict[str, Connection] = {}
         self._locks: Dict[str, threading.Lock] = {}
         self._folder: Optional[str] = None
@@ -191,7 +185,7 @@ class Connections:
     def get(self, dest: str, end: float, cancel: Any = None) -> Connection:
         """A live connection to `dest`, made on first need (see the module)."""
         with self._lock:
-            lock = self._locks.setdefault(dest, threading.Lock())
+            lock = self._locks.setdefault(dest, _thread.allocate_lock())
         with lock:
             known = self._by_dest.get(dest)
             if known is not None and known.alive():
@@ -222,7 +216,7 @@ class Connections:
 
         if self._users_master(dest, end):
             return Connection(self.options, dest, None, None)
-        path = os.path.join(self._socket_folder(), hashlib.sha256(dest.encode()).hexdigest()[:16])
+        path = os.path.join(self._socket_folder(), sha256_hex(dest)[:16])
         try:
             os.unlink(path)  # a master of ours that died
         except FileNotFoundError:
@@ -343,7 +337,7 @@ def failure(text: str, dest: str, options: Options) -> sdk.PluginError:
     the host, from what it printed."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Warning: Permanently")]
     said = lines[-1] if lines else "ssh exited 255 and said nothing"
-    again = "ssh" + ("" if not options.config else " -F " + shlex.quote(options.config)) + " " + dest
+    again = "ssh" + ("" if not options.config else " -F " + shellwords.quote(options.config)) + " " + dest
     if "Host key verification failed" in text or "host key for" in text.lower() and "is not known" in text:
         return sdk.Human("the host key of %s is not known here: %s" % (dest, said),
                          "run `%s` once and check and accept its key (or add it with ssh-keyscan)" % again)

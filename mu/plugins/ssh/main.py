@@ -22,11 +22,10 @@ backend, and mu's instance fence keeps their records apart.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import time
 
-from mu import sdk
+from mu import sdk, shellwords
+from mu.plain import is_name
 from mu.plugins.shellhost import channel, job, link, remote
 from mu.plugins.ssh import control
 from mu.plugins.ssh.control import DEFAULT_ALIVE_S, DEFAULT_CONNECT_S, DEFAULT_WORK, Connection, Connections, Options
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
 USAGE = "usage: mu-plugin-ssh [-F <ssh_config>] [--work <dir>] [--alive <s>] [--connect <s>] [--name <name>]"
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")  # mu's plugin names
 VERSION = "0.1.0"
 KIND = "ssh-tmux"
 REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
@@ -75,11 +73,11 @@ class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
         """A new view of job `key`: its tmux session, attached over an ssh
         of the view's own, with the same `-F`, not through the plugin's
         master (which ends with the plugin; the view must not)."""
-        attach = "tmux -L %s attach-session -t %s" % (shlex.quote(self.tmux_socket()),
-                                                      shlex.quote("=" + job.job_name(key)))
+        attach = "tmux -L %s attach-session -t %s" % (shellwords.quote(self.tmux_socket()),
+                                                      shellwords.quote("=" + job.job_name(key)))
         argv = ["ssh"] + (["-F", self.options.config] if self.options.config else [])
         argv += ["-tt", "-o", "ServerAliveInterval=%d" % self.options.alive_s, "--", conn.dest, attach]
-        return {"command": " ".join(shlex.quote(a) for a in argv), "env": {}}
+        return {"command": " ".join(shellwords.quote(a) for a in argv), "env": {}}
 
     @sdk.method("link.checkSteps")
     def check_steps(self, params: Dict[str, Any], call: Any) -> list:
@@ -134,7 +132,7 @@ def parse(argv: List[str]) -> "tuple[Options, str]":
             raise ValueError("%s takes whole seconds from 1 to 3600, not %s" % (name, text))
         numbers[name] = int(text)
     name = given["--name"] or ""
-    if not NAME.match(name):
+    if not is_name(name):  # mu's plugin names
         raise ValueError("--name must be a plugin name ([a-z0-9][a-z0-9_-]*), not %s" % name)
     return Options(config, work, numbers["--alive"], numbers["--connect"]), name
 
