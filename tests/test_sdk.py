@@ -278,6 +278,17 @@ def test_handshake_refuses_a_protocol_range_without_1(start):
     assert wire.initialize()["protocol"] == 1  # still serving
 
 
+def test_a_warm_module_that_cannot_be_imported_breaks_nothing(start):
+    # `warm` is best effort: what fails to import there is left for its
+    # real import to report; the plugin waits, then answers as ever
+    env = dict(os.environ, SDKTEST_WARM="no_such_module_for_mu,json")
+    wire = start(SDKTEST, env=env)
+    time.sleep(0.5)  # idle: the warm-up runs
+    assert wire.call("initialize", INIT_PARAMS)["result"]["plugin"]["name"] == "sdktest"
+    assert wire.call("test.echo", {"x": 1})["result"]["params"] == {"x": 1}
+    assert "no_such_module_for_mu" not in wire.stderr()
+
+
 def test_instance_comes_from_the_plugin(start, root):
     assert start(HELLO, "--root", root, "--instance", "eu-1").initialize()["instance"] == "eu-1"
     env = dict(os.environ, SDKTEST_INSTANCE="x" * 129)

@@ -110,6 +110,13 @@ class Plugin:
     name: str = ""
     version: str = "0.0.0"
     seams: Dict[str, Any] = {}
+    #: Modules the plugin's calls import anyway (the first call's thread
+    #: needs `threading`; a command, `subprocess`), imported while it waits
+    #: for mu's next request: mu spawns a plugin while it still imports
+    #: itself, so a plugin usually waits a few milliseconds for
+    #: `initialize`, and the imports done then cost no call anything.  One
+    #: module at a time, only while no request is waiting.
+    warm: Tuple[str, ...] = ("threading",)
 
     def instance(self) -> str:
         """The backend configuration this plugin addresses (1-128

@@ -79,6 +79,7 @@ class Server:
         self._threads: set = set()
         self._watch_counter = 0
         self._shutting_down = False
+        self._warm = list(getattr(plugin, "warm", ()))  # modules to import while mu is busy
         self.stop_signal: Optional[int] = None
         self.stopped_at: Optional[float] = None  # monotonic time of the EOF or stop signal
 
@@ -87,12 +88,27 @@ class Server:
     def serve(self, wake_fd: Optional[int] = None) -> bool:
         """Serve until EOF or a stop signal; then cancel and wait.  True if
         every handler ended within the grace."""
-        for line in self.wire.lines(wake_fd, lambda: self.stop_signal is not None):
+        for line in self.wire.lines(wake_fd, lambda: self.stop_signal is not None, self.warm_one):
             message = decode(line)
             if message is not None:
                 self.dispatch(message)
         self.stopped_at = time.monotonic()
         return self.wind_down(self.stopped_at + EXIT_GRACE_S)
+
+    def warm_one(self) -> bool:
+        """Import the next of the plugin's `warm` modules; True while any is
+        left.  Best effort: a module that fails here is left for its real
+        import, at its use, to report; none is imported once the plugin
+        shuts down."""
+        if self._shutting_down:
+            self._warm = []
+        if self._warm:
+            name = self._warm.pop(0)
+            try:
+                __import__(name)
+            except Exception:
+                pass
+        return bool(self._warm)
 
     def wind_down(self, give_up: float) -> bool:
         """Cancel every call and watch, then wait until `give_up` (monotonic)

@@ -121,12 +121,17 @@ class Wire:
         dropped."""
         return self._broken
 
-    def lines(self, wake_fd: Optional[int] = None,
-              stopped: Optional[Callable[[], bool]] = None) -> Iterator[bytes]:
+    def lines(self, wake_fd: Optional[int] = None, stopped: Optional[Callable[[], bool]] = None,
+              idle: Optional[Callable[[], bool]] = None) -> Iterator[bytes]:
         """Each input line (without its newline) until EOF, or until
         `stopped()` is true after `wake_fd` became readable (a signal
         handler's wakeup descriptor: it interrupts the wait without an
         exception in the middle of anything).
+
+        While nothing is there to read, `idle()` is called, one step at a
+        time, for as long as it returns True: work the plugin would do
+        later anyway, done in time it would spend waiting.  A line that
+        arrives waits for the step under way at most.
 
         A line over the limit is dropped as it streams, never held whole.
         """
@@ -136,8 +141,13 @@ class Wire:
                 poller.register(fd, select.POLLIN)
         pending = b""
         dropping = False
+        busy = idle is not None
         while True:
-            ready = {fd for fd, _event in poller.poll()}
+            events = poller.poll(0 if busy else None)
+            if busy and not events:
+                busy = idle()  # type: ignore[misc]
+                continue
+            ready = {fd for fd, _event in events}
             if wake_fd is not None and wake_fd in ready:
                 _drain(wake_fd)
                 if stopped is not None and stopped():

@@ -51,6 +51,7 @@ if v=$(python3 --version 2>&1); then echo "python3 ok $v"; else echo "python3 fa
 
 class PodmanPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     name = "podman"
+    warm = ("threading", "subprocess", "selectors")  # every call's thread; the runner's commands
     version = VERSION
 
     def __init__(self, options: Options, name: str = "podman") -> None:
