@@ -289,6 +289,15 @@ def test_a_warm_module_that_cannot_be_imported_breaks_nothing(start):
     assert "no_such_module_for_mu" not in wire.stderr()
 
 
+def test_a_quick_handler_runs_on_the_reading_thread_and_the_rest_on_their_own(start):
+    wire = start(SDKTEST)
+    wire.initialize()
+    assert wire.call("test.quick", {})["result"] == {"main": True}
+    assert wire.call("test.where", {})["result"] == {"main": False}
+    assert_error(wire.call("test.quick", {"crash": True}), "permanent")  # its bug is a reply as any handler's
+    assert wire.call("test.quick", {})["result"] == {"main": True}  # and the loop goes on
+
+
 def test_instance_comes_from_the_plugin(start, root):
     assert start(HELLO, "--root", root, "--instance", "eu-1").initialize()["instance"] == "eu-1"
     env = dict(os.environ, SDKTEST_INSTANCE="x" * 129)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # Keywords that say nothing about validity.
 _ANNOTATIONS = frozenset({"description", "title", "$comment", "default", "examples", "$schema", "$defs"})
@@ -40,7 +40,34 @@ def verdict(defs: Dict[str, Any], name: str, value: Any) -> Optional[bool]:
     schema's `$defs`): True, False, or None when not sure."""
     if name not in defs:
         return None
-    return _check(defs, defs[name], value)
+    return _compiled(defs, defs[name])(value)
+
+
+# Every reply of a read is checked, hundreds a verb over many agents, so
+# each schema node is turned once into a function of the value (`_make`),
+# which decides without reading the node's keywords again.  Kept by the
+# node's identity, with the node itself so an identity is never taken for
+# another's: the schema is loaded once.
+_MADE: Dict[int, Tuple[Any, Callable[[Any], Optional[bool]]]] = {}
+
+
+def _compiled(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
+    made = _MADE.get(id(schema))
+    if made is None or made[0] is not schema:
+        made = _MADE[id(schema)] = (schema, _make(defs, schema))
+    return made[1]
+
+
+def _yes(value: Any) -> Optional[bool]:
+    return True
+
+
+def _no(value: Any) -> Optional[bool]:
+    return False
+
+
+def _unsure(value: Any) -> Optional[bool]:
+    return None
 
 
 def _all(results) -> Optional[bool]:
@@ -53,53 +80,145 @@ def _all(results) -> Optional[bool]:
     return None if unsure else True
 
 
-def _check(defs: Dict[str, Any], schema: Any, value: Any) -> Optional[bool]:
+def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
+    """`schema` as a function of the value.  A sub-schema is made at its
+    first use, so a `$ref` that leads back to itself is no loop here.
+
+    It answers as reading the keywords one by one would: the type first
+    (a value of none of the types is decided there); then `$ref`, `enum`,
+    `const`, the keywords of the value's own kind, `minimum`, `allOf`,
+    `anyOf` and `if`, each True, False or None; False as soon as one is
+    False, else None if one was not sure (an `if` not sure of its
+    condition is not sure of the whole), else True."""
     if schema is True:
-        return True
+        return _yes
     if schema is False:
-        return False
+        return _no
     if not isinstance(schema, dict) or not _DECIDED.issuperset(schema):
-        return None
-    results = []
-    if "type" in schema:
-        kinds = schema["type"]
-        found = _all_kinds(kinds if isinstance(kinds, list) else [kinds], value)
-        if found is not True:
-            return found
-    if "$ref" in schema:
-        ref = schema["$ref"]
-        if not isinstance(ref, str) or not ref.startswith("#/$defs/") or "~" in ref:
-            return None
-        target = ref[len("#/$defs/"):]
-        if target not in defs:
-            return None
-        results.append(_check(defs, defs[target], value))
-    if "enum" in schema:
-        results.append(_among(schema["enum"], value))
-    if "const" in schema:
-        results.append(_among([schema["const"]], value))
-    if isinstance(value, dict):
-        results.append(_object(defs, schema, value))
-    elif isinstance(value, str):
-        results.append(_string(schema, value))
-    elif isinstance(value, list):
-        results.append(_array(defs, schema, value))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and "minimum" in schema:
-        minimum = schema["minimum"]
-        if isinstance(minimum, bool) or not isinstance(minimum, (int, float)):
-            return None
-        results.append(value >= minimum)
-    for sub in schema.get("allOf", ()):
-        results.append(_check(defs, sub, value))
-    if "anyOf" in schema:
-        results.append(_any(_check(defs, sub, value) for sub in schema["anyOf"]))
-    if "if" in schema:
-        condition = _check(defs, schema["if"], value)
-        if condition is None:
-            return None
-        branch = schema.get("then" if condition else "else", True)
-        results.append(_check(defs, branch, value))
-    return _all(results)
+        return _unsure
+    kinds = schema.get("type")
+    if kinds is not None and not isinstance(kinds, list):
+        kinds = [kinds]
+    ref = schema.get("$ref")
+    if ref is not None:
+        target = ref[len("#/$defs/"):] if isinstance(ref, str) and ref.startswith("#/$defs/") and "~" not in ref else None
+        if target is None or target not in defs:
+            return _unsure
+        ref = defs[target]
+    choices = schema["enum"] if "enum" in schema else None
+    const = [schema["const"]] if "const" in schema else None
+    of_object = _make_object(defs, schema)
+    minimum = schema.get("minimum")
+    has_minimum = "minimum" in schema
+    subs = list(schema.get("allOf", ()))
+    alternatives = schema.get("anyOf")
+    condition = schema.get("if")
+    has_if = "if" in schema
+
+    def check(value: Any) -> Optional[bool]:
+        if kinds is not None:
+            found = _all_kinds(kinds, value)
+            if found is not True:
+                return found
+        unsure = False
+        if ref is not None:
+            said = _compiled(defs, ref)(value)
+            if said is False:
+                return False
+            unsure = said is None
+        if choices is not None:
+            said = _among(choices, value)
+            if said is False:
+                return False
+            unsure = unsure or said is None
+        if const is not None:
+            said = _among(const, value)
+            if said is False:
+                return False
+            unsure = unsure or said is None
+        if isinstance(value, dict):
+            said = of_object(value)
+        elif isinstance(value, str):
+            said = _string(schema, value)
+        elif isinstance(value, list):
+            said = _array(defs, schema, value)
+        elif has_minimum and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(minimum, bool) or not isinstance(minimum, (int, float)):
+                return None
+            said = value >= minimum
+        else:
+            said = True
+        if said is False:
+            return False
+        unsure = unsure or said is None
+        for sub in subs:
+            said = _compiled(defs, sub)(value)
+            if said is False:
+                return False
+            unsure = unsure or said is None
+        if alternatives is not None:
+            said = _any(_compiled(defs, sub)(value) for sub in alternatives)
+            if said is False:
+                return False
+            unsure = unsure or said is None
+        if has_if:
+            holds = _compiled(defs, condition)(value)
+            if holds is None:
+                return None
+            said = _compiled(defs, schema.get("then" if holds else "else", True))(value)
+            if said is False:
+                return False
+            unsure = unsure or said is None
+        return None if unsure else True
+
+    return check
+
+
+def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict[str, Any]], Optional[bool]]:
+    """What `_object` decides for `schema`, its keywords read once (its
+    patterns compiled at the first value with a key to match)."""
+    required = schema.get("required", [])
+    properties = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    if not isinstance(required, list) or not isinstance(properties, dict) or not isinstance(patterns, dict) \
+            or "minProperties" in schema or "maxProperties" in schema or "propertyNames" in schema:
+        return lambda value: _object(defs, schema, value)  # the rarer keywords: read as written
+    additional = schema.get("additionalProperties", True)
+    searches: List[Tuple[Any, Any]] = []
+
+    def check(value: Dict[str, Any]) -> Optional[bool]:
+        for key in required:
+            if key not in value:
+                return False
+        if patterns and value and not searches:
+            import re
+
+            searches[:] = [(re.compile(pattern).search, sub) for pattern, sub in patterns.items()]
+        unsure = False
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return None
+            matched = key in properties
+            if matched:
+                said = _compiled(defs, properties[key])(item)
+                if said is False:
+                    return False
+                unsure = unsure or said is None
+            for search, sub in searches:
+                if search(key):
+                    matched = True
+                    said = _compiled(defs, sub)(item)
+                    if said is False:
+                        return False
+                    unsure = unsure or said is None
+            if not matched:
+                said = _compiled(defs, additional)(item)
+                if said is False:
+                    return False
+                unsure = unsure or said is None
+        return None if unsure else True
+
+    return check
 
 
 def _any(results) -> Optional[bool]:
@@ -183,15 +302,15 @@ def _object(defs: Dict[str, Any], schema: Dict[str, Any], value: Dict[str, Any])
         matched = False
         if key in properties:
             matched = True
-            results.append(_check(defs, properties[key], item))
+            results.append(_compiled(defs, properties[key])(item))
         for pattern, sub in patterns.items():
             if search(pattern, key):  # type: ignore[misc]
                 matched = True
-                results.append(_check(defs, sub, item))
+                results.append(_compiled(defs, sub)(item))
         if not matched:
-            results.append(_check(defs, additional, item))
+            results.append(_compiled(defs, additional)(item))
         if "propertyNames" in schema:
-            results.append(_check(defs, schema["propertyNames"], key))
+            results.append(_compiled(defs, schema["propertyNames"])(key))
         if results and results[-1] is False:
             return False
     return _all(results)
@@ -213,5 +332,5 @@ def _array(defs: Dict[str, Any], schema: Dict[str, Any], value: list) -> Optiona
     if "minItems" in schema and len(value) < schema["minItems"]:
         return False
     if "items" in schema:
-        return _all(_check(defs, schema["items"], item) for item in value)
+        return _all(_compiled(defs, schema["items"])(item) for item in value)
     return True

@@ -77,7 +77,7 @@ _EXIT_WATCHDOG_S = 4.6  # past this, interpreter exit itself is cut short
 __all__ = ["PROTOCOL_VERSION", "Call", "Plugin", "Watch", "method", "run"]
 
 
-def method(name: str) -> "Callable[[F], F]":
+def method(name: str, *, quick: bool = False) -> "Callable[[F], F]":
     """Mark a `Plugin` method as the handler of protocol method `name`.
 
     The handler is called as ``handler(self, params, call)``: `params` is
@@ -85,6 +85,15 @@ def method(name: str) -> "Callable[[F], F]":
     included), `call` its `Call`.  It returns the result (any JSON value;
     None is sent as ``null``) or raises a typed error from `mu.sdk.errors`.
     It runs in a thread of its own: guard shared state.
+
+    `quick=True` is for a handler that returns within a millisecond or so
+    and never waits (it reads a few local files): it runs on the thread
+    that reads the wire, the request's turn in line, without a thread of
+    its own.  Many such calls in flight together cost a fraction of what
+    a thread each costs (the threads' turns at the interpreter's lock),
+    but while one runs nothing else is read: a `$/cancel` for it comes
+    after it answered, and a handler that waits would hold up every call
+    behind it.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("a method name is a non-empty string")
@@ -93,6 +102,7 @@ def method(name: str) -> "Callable[[F], F]":
 
     def mark(fn: "F") -> "F":
         fn.__mu_method__ = name  # type: ignore[attr-defined]
+        fn.__mu_quick__ = quick  # type: ignore[attr-defined]
         return fn
 
     return mark

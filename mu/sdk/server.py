@@ -4,7 +4,8 @@ It owns the decisions listed in `mu.sdk.plugin`'s docstring (what gets a
 reply, what is dropped with a note, how a handler's outcome becomes a
 reply).  It guarantees one reply per request it accepts, written whole and
 only after the handler returned, and a thread per call, so that `$/cancel`
-is read while handlers work.  Threads it starts (calls and watch workers)
+is read while handlers work; a handler marked quick (`method(quick=True)`)
+runs on the reading thread instead, in the order its request came.  Threads it starts (calls and watch workers)
 are tracked so the exit path can wait for them.
 
 Ownership.  `run` (`mu.sdk.plugin`) makes the server and imports this
@@ -73,6 +74,8 @@ class Server:
         self.plugin = plugin
         self.wire = wire
         self.handlers = type(plugin).handlers()
+        self.quick = {name for name, attr in self.handlers.items()
+                      if getattr(getattr(type(plugin), attr, None), "__mu_quick__", False)}
         self._lock = _thread.allocate_lock()
         self._calls: Dict[Tuple[str, Any], Call] = {}
         self._watches: Dict[Tuple[str, Any], Watch] = {}
@@ -194,6 +197,12 @@ class Server:
                 note("dropped a request reusing the id of a call in flight")
                 return
             self._calls[key] = call
+        if name in self.quick:
+            try:
+                self.run_call(call, handler)  # on the reading thread: it never waits
+            except Exception as exc:  # a bug past the handler's own: the loop goes on
+                note("call %s failed: %s" % (call_id, summary(exc)))
+            return
         self.start_thread(lambda: self.run_call(call, handler), "mu-call-%s" % (call_id,))
 
     def run_call(self, call: Call, handler: Callable[..., Any]) -> None:

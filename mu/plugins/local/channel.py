@@ -99,7 +99,10 @@ class ChannelSeam:
 
     # -- reads -------------------------------------------------------------------
 
-    @sdk.method("channel.readStates")
+    # the reads are a few small files each: quick (mu.sdk.method), so a
+    # `mu agent list` over many agents costs no thread a call
+
+    @sdk.method("channel.readStates", quick=True)
     def read_states(self, params, call):
         targets = params.get("targets")
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
@@ -117,7 +120,7 @@ class ChannelSeam:
         # name gets none (mu reads that as an unknown turn)
         return {agent: reading_of(folder)} if agent in targets else {}
 
-    @sdk.method("channel.baseline")
+    @sdk.method("channel.baseline", quick=True)
     def baseline(self, params, call):
         folder, _job = self._channel_job(call)
         turn = turn_record(folder)
@@ -130,7 +133,7 @@ class ChannelSeam:
         # channel names it from the job's start, before any turn
         return {"runs": 0, "incarnation": FIRST_INCARNATION}
 
-    @sdk.method("channel.lastRun")
+    @sdk.method("channel.lastRun", quick=True)
     def last_run(self, params, call):
         after = _runs_param(params, "afterRuns", required=True)
         folder, _job = self._channel_job(call)

@@ -90,7 +90,7 @@ class HostSeam:
             return {"none": True}
         return self._store("hosts").lookup(key, params.get("fence") is True)
 
-    @sdk.method("host.status")
+    @sdk.method("host.status", quick=True)  # a record and a statvfs: no thread of its own
     def status(self, params, call):
         handle = handle_of(self._host_target(call))
         record = self._host_record(handle)

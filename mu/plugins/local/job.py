@@ -137,7 +137,7 @@ class JobSeam:
         store.forget(key)
         return store.lookup(key, fence=True)
 
-    @sdk.method("job.status")
+    @sdk.method("job.status", quick=True)  # a few small files and /proc: no thread of its own
     def job_status(self, params, call):
         host = self._host_target(call)
         handle = handle_of(host)
