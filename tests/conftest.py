@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import psutil
 import pytest
@@ -65,8 +65,10 @@ if LoadScopeScheduling is not None:
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test gets its own MU_STATE_DIR, HOME and XDG folders."""
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test gets its own MU_STATE_DIR, HOME and XDG folders, and its
+    own tmux folder: `tmux -L mu` (mu's server when no MU_TMUX_SOCKET is
+    set) is the test's, never the machine's, and is killed at the end."""
     home = tmp_path / "home"
     home.mkdir()
     state = tmp_path / "state"
@@ -83,7 +85,14 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # The interpreter that runs the tests runs the plugins too (their
     # `#!/usr/bin/env python3`), not a slower system one.
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    return state
+    tmux = tempfile.mkdtemp(prefix="mu-tx-", dir="/tmp")  # short: a socket's path has a length limit
+    monkeypatch.setenv("TMUX_TMPDIR", tmux)
+    monkeypatch.delenv("TMUX", raising=False)
+    yield state
+    if os.path.exists(os.path.join(tmux, f"tmux-{os.getuid()}", "mu")):
+        subprocess.run(["tmux", "-L", "mu", "kill-server"], env=dict(os.environ, TMUX_TMPDIR=tmux),
+                       capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    shutil.rmtree(tmux, ignore_errors=True)
 
 
 def _descendants() -> List[psutil.Process]:
