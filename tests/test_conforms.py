@@ -116,3 +116,38 @@ def test_a_read_of_a_well_formed_reply_imports_no_jsonschema():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
     assert out.stdout == "False\n", out.stderr
+
+
+PATTERN_TEXTS = ["", "a", "a/b", "a/b\n", "a/\n", "/b", "a/", "a//b", "a/b/c", "\n/b", "ws/a", "é/ü", "a/b\n\n",
+                 "sha256:" + "a" * 64, "sha256:" + "a" * 64 + "\n", "sha256:" + "A" * 64, "sha256:" + "a" * 63,
+                 "sha256:" + "a" * 65, "x" + "sha256:" + "a" * 64, "mu", "mu-1_x", "Mu", "-mu", "mu\n", "mu\n\n",
+                 "m u", "0" * 40, "0" * 40 + "\n", "0" * 64, "0" * 63, "f" * 41, "0" * 40 + "\n\n", "g" * 40]
+
+
+@pytest.mark.parametrize("pattern", sorted(conforms._BY_HAND))
+def test_the_patterns_decided_by_hand_match_as_re_search_does(pattern):
+    import re
+
+    rng = random.Random(pattern)
+    texts = PATTERN_TEXTS + ["".join(rng.choice("a0f/:\n-_sha256") for _ in range(rng.randrange(75)))
+                             for _ in range(3000)]
+    for text in texts:
+        assert conforms._searcher(pattern)(text) == (re.search(pattern, text) is not None), repr(text)
+
+
+def test_the_shipped_schema_has_no_pattern_the_hand_does_not_decide():
+    found = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.add(node["pattern"])
+            found.update(node.get("patternProperties", {}) if isinstance(node.get("patternProperties"), dict) else ())
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(DEFS)
+    assert found <= set(conforms._BY_HAND)  # a new pattern still works (compiled), but costs a read `re`

@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import _signal  # `signal`'s core, built in: `signal` imports `enum`
 import importlib
-import json
 import os
 import sys
 import time
 
+from mu import jsontext
 from mu.deadline import GRACE_S, Deadline
 from mu.environment import LOCAL_ONLY_VARIABLES, plugin_environment, state_dir
 from mu.errors import EXIT_CALL_FAILED, MuError, UsageError
@@ -121,12 +121,12 @@ class PaneRef(NamedTuple):
         fields: Dict[str, Any] = dict(self.where)
         fields.update(backend=self.backend, workstream=self.workstream, name=self.name,
                       pid=self.pid, started=self.started)
-        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return jsontext.dumps(fields, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "PaneRef":
         try:
-            fields = json.loads(text)
+            fields = jsontext.loads(text)
         except (TypeError, ValueError):
             fields = None
         if not isinstance(fields, dict):

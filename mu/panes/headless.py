@@ -23,13 +23,12 @@ view's group by its own `setsid`.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import select
-import shlex
 
+from mu import jsontext, shellwords
 from mu.deadline import GRACE_S, Deadline
+from mu.lazy import LazyPattern
 from mu.panes import PaneBackend, PaneError, PaneRef, panes_folder, starter
 from mu.runtime import groups, identity
 
@@ -45,7 +44,7 @@ TAIL_BYTES = 4 << 20
 # What a terminal acts on rather than shows: CSI sequences (colours, cursor
 # moves), OSC strings (a window title), and two-character escapes.  `tail`
 # leaves them out, as tmux's capture of a pane's text does.
-TERMINAL_CODES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]")
+TERMINAL_CODES = LazyPattern(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]")
 
 
 def log_path(workstream: str, name: str, environ: Optional[Dict[str, str]] = None) -> str:
@@ -65,7 +64,7 @@ class HeadlessPanes(PaneBackend):
             raise PaneError(f"the view of {workstream}/{name} has no log: {log}: {exc.strerror}") from None
         if deadline.expired:
             raise PaneError(f"the view of {workstream}/{name} did not start: its deadline had passed")
-        spec = json.dumps({"command": command, "cwd": cwd, "env": env, "log": log}).encode() + b"\n"
+        spec = jsontext.dumps({"command": command, "cwd": cwd, "env": env, "log": log}).encode() + b"\n"
         import subprocess  # here: a read of an agent opens no view, and needs none of it
 
         launcher = subprocess.Popen(
@@ -139,7 +138,7 @@ class HeadlessPanes(PaneBackend):
 
     def attach_hint(self, ref: PaneRef) -> str:
         self._check(ref)
-        return f"tail -f {shlex.quote(ref.where['log'])}"
+        return f"tail -f {shellwords.quote(ref.where['log'])}"
 
 
 def _abandon(launcher: subprocess.Popen, pid: Optional[int]) -> None:

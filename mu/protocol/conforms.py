@@ -191,9 +191,7 @@ def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict
             if key not in value:
                 return False
         if patterns and value and not searches:
-            import re
-
-            searches[:] = [(re.compile(pattern).search, sub) for pattern, sub in patterns.items()]
+            searches[:] = [(_searcher(pattern), sub) for pattern, sub in patterns.items()]
         unsure = False
         for key, item in value.items():
             if not isinstance(key, str):
@@ -292,11 +290,6 @@ def _object(defs: Dict[str, Any], schema: Dict[str, Any], value: Dict[str, Any])
     patterns = schema.get("patternProperties", {})
     if not isinstance(properties, dict) or not isinstance(patterns, dict):
         return None
-    search = None
-    if patterns:
-        import re
-
-        search = re.search
     additional = schema.get("additionalProperties", True)
     for key, item in value.items():
         matched = False
@@ -304,7 +297,7 @@ def _object(defs: Dict[str, Any], schema: Dict[str, Any], value: Dict[str, Any])
             matched = True
             results.append(_compiled(defs, properties[key])(item))
         for pattern, sub in patterns.items():
-            if search(pattern, key):  # type: ignore[misc]
+            if _searcher(pattern)(key):
                 matched = True
                 results.append(_compiled(defs, sub)(item))
         if not matched:
@@ -322,10 +315,46 @@ def _string(schema: Dict[str, Any], value: str) -> Optional[bool]:
     if "maxLength" in schema and len(value) > schema["maxLength"]:
         return False
     if "pattern" in schema:
-        import re
-
-        return re.search(schema["pattern"], value) is not None
+        return _searcher(schema["pattern"])(value)
     return True
+
+
+_HEX = frozenset("0123456789abcdef")
+_NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_REST = _NAME_FIRST | {"_", "-"}
+
+
+def _line(text: str) -> str:
+    """`text` without the one newline that `$` lets end it."""
+    return text[:-1] if text.endswith("\n") else text
+
+
+# The shipped schema's patterns, each decided by hand as `re.search`
+# decides it (`$` also matches before a last newline), so a read's check
+# does not import `re` (milliseconds of a verb's start); any other pattern
+# is compiled.  tests/test_conforms.py holds each to `re.search`.
+_BY_HAND = {
+    "^[^/]+/[^/]+$": lambda t: len(t.split("/")) == 2 and "" not in t.split("/"),
+    "^sha256:[0-9a-f]{64}$": lambda t: len(_line(t)) == 71 and _line(t).startswith("sha256:")
+    and _HEX.issuperset(_line(t)[7:]),
+    "^[a-z0-9][a-z0-9_-]*$": lambda t: _line(t)[:1] in _NAME_FIRST and _line(t) != "" and _NAME_REST.issuperset(_line(t)),
+    "^[0-9a-f]{40}([0-9a-f]{24})?$": lambda t: len(_line(t)) in (40, 64) and _HEX.issuperset(_line(t)),
+}
+_SEARCHERS: Dict[str, Callable[[str], bool]] = {}
+
+
+def _searcher(pattern: str) -> Callable[[str], bool]:
+    """Whether `re.search(pattern, text)` finds a match, as a function of text."""
+    found = _SEARCHERS.get(pattern)
+    if found is None:
+        found = _BY_HAND.get(pattern)
+        if found is None:
+            import re
+
+            search = re.compile(pattern).search
+            found = lambda text: search(text) is not None  # noqa: E731
+        _SEARCHERS[pattern] = found
+    return found
 
 
 def _array(defs: Dict[str, Any], schema: Dict[str, Any], value: list) -> Optional[bool]:
