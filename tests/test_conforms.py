@@ -26,21 +26,25 @@ def jsonschema_says(name: str, value: Any) -> bool:
     return schema._validator(name).is_valid(value)  # mu.schema's own jsonschema validator of the definition
 
 
+def _schema_nodes(node: Any = None) -> List[dict]:
+    """Every object of the shipped definitions, at any depth."""
+    found = []
+    stack = [DEFS if node is None else node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.append(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
 def _vocabulary() -> List[str]:
     keys = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key in ("properties",):
-                if isinstance(node.get(key), dict):
-                    keys.update(node[key])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(DEFS)
+    for node in _schema_nodes():
+        if isinstance(node.get("properties"), dict):
+            keys.update(node["properties"])
     return sorted(keys)
 
 
@@ -137,17 +141,9 @@ def test_the_patterns_decided_by_hand_match_as_re_search_does(pattern):
 
 def test_the_shipped_schema_has_no_pattern_the_hand_does_not_decide():
     found = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                found.add(node["pattern"])
-            found.update(node.get("patternProperties", {}) if isinstance(node.get("patternProperties"), dict) else ())
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(DEFS)
+    for node in _schema_nodes():
+        if isinstance(node.get("pattern"), str):
+            found.add(node["pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            found.update(node["patternProperties"])
     assert found <= set(conforms._BY_HAND)  # a new pattern still works (compiled), but costs a read `re`
