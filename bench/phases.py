@@ -22,7 +22,7 @@ times each shipped plugin from its spawn to its handshake:
   stdin closed, the group awaited), `store` (the journal's flush and the
   store's close or leave) and `exit` (os._exit to the bench's pidfd
   reading the process gone: the kernel's teardown);
-- each shipped plugin (local, ssh, podman), spawn -> `initialize` written
+- each shipped plugin (local, ssh, podman, kubernetes), spawn -> `initialize` written
   -> its handshake read, as bench 4 times the SDK's hello plugin (target:
   within 2x `python -c pass`).
 
@@ -49,6 +49,7 @@ PLUGINS = {
     "local": [LOCAL],
     "ssh": [os.path.join(ROOT, "bin", "mu-plugin-ssh")],
     "podman": [os.path.join(ROOT, "bin", "mu-plugin-podman")],
+    "kubernetes": [os.path.join(ROOT, "bin", "mu-plugin-kubernetes")],  # its handshake asks no cluster
 }
 VERB_TARGET = 3.0  # issue 31: `mu host exec box -- true`, `mu agent list` with 1 agent
 START_TARGET = 2.0  # issue 31: a shipped plugin's spawn to its handshake

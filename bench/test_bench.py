@@ -228,7 +228,7 @@ def test_phases_time_each_verb_phase_by_phase_and_each_plugin_start():
     assert figures["python -c pass (floor)"][3] == "1.00x"
     for verb in ("mu host exec box -- true, local provider", "mu agent list, 1 agent"):
         assert figures[verb][4] == "<= 3.0x"
-    for name in ("local", "ssh", "podman"):
+    for name in ("local", "ssh", "podman", "kubernetes"):
         assert figures[f"mu-plugin-{name}: spawn to its handshake"][4] == "<= 2.0x"
     for phase in ("interpreter", "mu's start to its plugin's spawn", "mu's start to the runtime imported",
                   "plugin spawn to its handshake", "calls", "stop", "store", "exit"):
