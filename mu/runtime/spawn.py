@@ -25,17 +25,12 @@ from __future__ import annotations
 
 import os
 
+from mu.spawning import close as _close
+from mu.spawning import inherited, pipes, restored
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
-
-def _restored() -> tuple:
-    """What `Popen(restore_signals=True)` sets back to the default in the
-    child: Python ignores SIGPIPE (and SIGXFSZ), and an ignored signal
-    stays ignored across exec."""
-    import _signal  # built in: no import cost
-
-    return tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, name))
+    from typing import Any, Dict, List, Optional
 
 
 class Pipes(tuple):
@@ -94,13 +89,13 @@ def spawn(argv: List[str], env: Dict[str, str]) -> Child:
     """The child, in its own group; raises `OSError` when it cannot be run."""
     if "/" not in argv[0] or not hasattr(os, "posix_spawn"):
         return _by_popen(argv, env)
-    ends = _pipes()
+    ends = pipes(3)
     ours = (ends[1], ends[2], ends[4])  # stdin's write end, stdout's and stderr's read ends
     theirs = (ends[0], ends[3], ends[5])
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(theirs)]
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited()]  # close_fds: nothing else of mu's
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited()]  # close_fds: nothing else of mu's
     try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=_restored())
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=restored())
     except NotImplementedError:  # no new session in this C library's posix_spawn
         _close(ends)
         return _by_popen(argv, env)
@@ -110,47 +105,6 @@ def spawn(argv: List[str], env: Dict[str, str]) -> Child:
     _close(theirs)
     return Child(pid, open(ours[0], "wb", buffering=0), open(ours[1], "rb", buffering=0),
                  open(ours[2], "rb", buffering=0))
-
-
-def _pipes() -> Tuple[int, ...]:
-    """Three pipes, (read, write) each, every end above 2: a number below 3
-    (mu started with a standard stream closed) would be one of the child's
-    own standard descriptors, and the second dup2 onto it would clobber it."""
-    ends = list(os.pipe() + os.pipe() + os.pipe())  # O_CLOEXEC: the child keeps only what is dup2'd
-    low = [i for i, fd in enumerate(ends) if fd < 3]
-    if low:
-        import fcntl
-
-        originals = [ends[i] for i in low]
-        for i in low:
-            ends[i] = fcntl.fcntl(ends[i], fcntl.F_DUPFD_CLOEXEC, 3)
-        _close(tuple(originals))  # only now: closed earlier, a number would be handed out again
-    return tuple(ends)
-
-
-def _inherited() -> List[int]:
-    """mu's descriptors above 2 that an exec would pass on (those mu
-    inherited itself: Python opens its own close-on-exec)."""
-    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
-    found = []
-    for name in os.listdir(folder):
-        fd = int(name)
-        if fd < 3:
-            continue
-        try:
-            if os.get_inheritable(fd):
-                found.append(fd)
-        except OSError:
-            pass  # the listing's own descriptor, closed by now
-    return found
-
-
-def _close(fds: Tuple[int, ...]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _by_popen(argv: List[str], env: Dict[str, str]) -> Child:

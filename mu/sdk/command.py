@@ -18,11 +18,12 @@ left running in the background is killed before `run_command` returns.
 from __future__ import annotations
 
 import _thread
+import errno
 import os
 import selectors
-import subprocess
 import time
 
+from mu import spawning
 from mu.records import NamedTuple
 from mu.sdk.errors import Cancelled, Permanent
 from mu.sdk.procs import TOKEN_VAR, kill_tree
@@ -88,32 +89,25 @@ def run_command(command: Union[str, Sequence[str]], cwd: Optional[str] = None, t
     child_env = dict(os.environ if env is None else env)
     child_env[TOKEN_VAR] = token
     end = None if timeout_ms is None else time.monotonic() + max(0, timeout_ms) / 1000.0
-    try:
-        # protocol "Process": no start_new_session, no process_group: the run
-        # stays in the plugin's group.
-        proc = subprocess.Popen(argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, close_fds=True)
-    except OSError as exc:
-        raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", exc.strerror or exc)) from exc
+    proc = _Child.start(argv, cwd, child_env)
     with _live_lock:
         _live[token] = proc.pid
     out = _Capture(output_limit)
     err = _Capture(output_limit)
     ended = None  # None: ran to its end; "timeout"; "cancel"
     try:
-        ended = _pump(proc, {proc.stdout.fileno(): out, proc.stderr.fileno(): err}, end, event)
+        ended = _pump(proc, {proc.out_fd: out, proc.err_fd: err}, end, event)
         if ended is None:
             ended = _wait(proc, end, event)
         if ended is not None or kill_leftovers:
             kill_tree(proc.pid if proc.returncode is None else None, token)
         proc.wait()
-        _drain_now({proc.stdout.fileno(): out, proc.stderr.fileno(): err})
+        _drain_now({proc.out_fd: out, proc.err_fd: err})
     finally:
         if proc.returncode is None:  # an exception on our side: leave nothing
             kill_tree(proc.pid, token)
             proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        proc.close()
         with _live_lock:
             _live.pop(token, None)
     if ended == "cancel":
@@ -129,6 +123,106 @@ def kill_running_commands() -> None:
         runs = list(_live.items())
     for token, pid in runs:
         kill_tree(pid, token)
+
+
+# -- the child ---------------------------------------------------------------
+
+# Run in a folder: `os.posix_spawn` cannot change the child's directory, so
+# a small sh does, then becomes the command itself (same pid).
+_IN_FOLDER = 'cd -- "$1" || exit 126\nshift\nexec "$@"'
+
+
+class _Child:
+    """A command's process, started by `os.posix_spawnp` (`subprocess`'s
+    import would cost a plugin's first command more than the command):
+    stdin from /dev/null, stdout and stderr to pipes, nothing else of the
+    plugin's, and in the plugin's own group (protocol "Process": no new
+    session, no group of its own)."""
+
+    def __init__(self, pid: int, out_fd: int, err_fd: int) -> None:
+        self.pid = pid
+        self.out_fd = out_fd
+        self.err_fd = err_fd
+        self.returncode: Optional[int] = None
+
+    @classmethod
+    def start(cls, argv: List[str], cwd: Optional[str], env: Dict[str, str]) -> "_Child":
+        """Start `argv` in `cwd`; `Permanent` when it cannot start (no such
+        program or folder), worded as before: the program, the folder, why."""
+        program, why = _program(argv[0], cwd, env)
+        if why:
+            raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", why))
+        run = argv
+        if cwd is not None:
+            run = ["sh", "-c", _IN_FOLDER, "sh", cwd] + argv
+            program, why = _program("sh", None, env)
+            if why:
+                raise Permanent("cannot start sh in %s: %s" % (cwd, why))
+        ends = spawning.pipes(2)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        theirs = (null, ends[1], ends[3])
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(theirs)]
+        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in spawning.inherited()]  # close_fds
+        try:
+            pid = os.posix_spawn(program, run, env, file_actions=actions, setsigdef=spawning.restored())
+        except OSError as exc:
+            spawning.close((ends[0], ends[2]))
+            raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", exc.strerror or exc)) from exc
+        finally:
+            spawning.close(theirs)
+        return cls(pid, ends[0], ends[2])
+
+    def poll(self) -> Optional[int]:
+        """The exit status (negative for a signal) once it exited, reaped;
+        None while it runs."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): as Popen says then
+                self.returncode = 0
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait up to `timeout` seconds (None: for good) for the exit; True
+        once it exited."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        pause = 0.0005
+        while self.poll() is None:
+            left = None if give_up is None else give_up - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 2, 0.02)
+        return True
+
+    def close(self) -> None:
+        spawning.close((self.out_fd, self.err_fd))
+
+
+def _program(name: str, cwd: Optional[str], env: Dict[str, str]) -> "tuple[str, str]":
+    """The file `name` runs, found as `Popen` finds it (a path with a slash
+    from `cwd`, a bare name on the child's PATH), and "" or why it cannot
+    run (what the exec would say)."""
+    if cwd is not None:
+        if not os.path.exists(cwd):
+            return "", os.strerror(errno.ENOENT)
+        if not os.path.isdir(cwd):
+            return "", os.strerror(errno.ENOTDIR)
+        if not os.access(cwd, os.X_OK):
+            return "", os.strerror(errno.EACCES)
+    if "/" in name:
+        places = [name if cwd is None else os.path.join(cwd, name)]
+    else:
+        places = [os.path.join(folder or ".", name) for folder in os.get_exec_path(env)]
+    for place in places:
+        if os.path.isfile(place) and os.access(place, os.X_OK):
+            return place, ""
+    if any(os.path.exists(place) for place in places):
+        return "", os.strerror(errno.EACCES)
+    return "", os.strerror(errno.ENOENT)
 
 
 # -- output ------------------------------------------------------------------
@@ -154,7 +248,7 @@ class _Capture:
         return b"".join(self.chunks).decode("utf-8", "replace")
 
 
-def _pump(proc: subprocess.Popen, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
+def _pump(proc: _Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
     """Read both pipes until both close; "timeout" or "cancel" if cut short."""
     selector = selectors.DefaultSelector()
     for fd in streams:
@@ -177,18 +271,16 @@ def _pump(proc: subprocess.Popen, streams: Dict[int, _Capture], end: Optional[fl
         selector.close()
 
 
-def _wait(proc: subprocess.Popen, end: Optional[float], event: Any) -> Optional[str]:
+def _wait(proc: _Child, end: Optional[float], event: Any) -> Optional[str]:
     """Both pipes closed; wait for the first process itself to exit."""
     while True:
         wait = _next_wait(end, event)
         if wait is not None and wait <= 0:
             return "timeout"
-        try:
-            proc.wait(wait)
+        if proc.wait(wait):
             return None
-        except subprocess.TimeoutExpired:
-            if event is not None and event.is_set():
-                return "cancel"
+        if event is not None and event.is_set():
+            return "cancel"
 
 
 def _next_wait(end: Optional[float], event: Any) -> Optional[float]:
