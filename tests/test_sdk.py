@@ -786,3 +786,41 @@ def test_lookup_store_pending_then_unknown_after_a_crash(tmp_path):
     assert "unknown" in store.lookup("c")  # never "none": it may have happened
     with pytest.raises(sdk.UnknownOutcome):
         store.run("c", lambda: "again")
+
+
+# -- run_command's child, started without subprocess --------------------------------
+
+
+@pytest.mark.parametrize("folder", ["plain", "with space", "it's", "-dash"])
+def test_a_command_runs_in_its_folder_whatever_the_folder_is_called(tmp_path, folder):
+    where = tmp_path / folder
+    where.mkdir()
+    ran = sdk.run_command("pwd; echo $0", str(where))
+    assert (ran.exit_code, ran.stdout) == (0, f"{where}\nsh\n")
+    assert sdk.run_command(["pwd"], str(where)).stdout == f"{where}\n"
+
+
+def test_a_command_that_cannot_start_is_refused_in_the_same_words(tmp_path):
+    with pytest.raises(sdk.Permanent, match="cannot start no-such-program-for-mu in .*: No such file or directory"):
+        sdk.run_command(["no-such-program-for-mu"], str(tmp_path))
+    with pytest.raises(sdk.Permanent, match="cannot start sh in .*gone: No such file or directory"):
+        sdk.run_command("true", str(tmp_path / "gone"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(sdk.Permanent, match="cannot start sh in .*file: Not a directory"):
+        sdk.run_command("true", str(tmp_path / "file"))
+
+
+def test_a_commands_child_gets_no_descriptor_the_plugin_inherited_and_stays_in_its_group(tmp_path):
+    read, write = os.pipe()
+    os.dup2(write, 57)  # inheritable, as a descriptor the plugin itself was started with
+    try:
+        assert os.get_inheritable(57)
+        ran = sdk.run_command("ls /proc/$$/fd; ps -o pgid= -p $$; grep SigIgn /proc/$$/status", str(tmp_path))
+    finally:
+        os.close(57)
+        os.close(read)
+        os.close(write)
+    fds, pgid, ignored = ran.stdout.split("\n")[:-3], ran.stdout.split("\n")[-3], ran.stdout.split("\n")[-2]
+    assert "57" not in fds and {"0", "1", "2"} <= set(fds)
+    assert int(pgid) == os.getpgrp()  # protocol "Process": the plugin's own group
+    assert not int(ignored.split()[1], 16) & (1 << (signal.SIGPIPE - 1))  # SIGPIPE back to its default
