@@ -133,7 +133,7 @@ _IN_FOLDER = 'cd -- "$1" || exit 126\nshift\nexec "$@"'
 
 
 class _Child:
-    """A command's process, started by `os.posix_spawnp` (`subprocess`'s
+    """A command's process, started by `os.posix_spawn` (`subprocess`'s
     import would cost a plugin's first command more than the command):
     stdin from /dev/null, stdout and stderr to pipes, nothing else of the
     plugin's, and in the plugin's own group (protocol "Process": no new

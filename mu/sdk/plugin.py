@@ -121,7 +121,7 @@ class Plugin:
     version: str = "0.0.0"
     seams: Dict[str, Any] = {}
     #: Modules the plugin's calls import anyway (the first call's thread
-    #: needs `threading`; a command, `subprocess`), imported while it waits
+    #: needs `threading`; `run_command`, `mu.sdk.command`), imported while it waits
     #: for mu's next request: mu spawns a plugin while it still imports
     #: itself, so a plugin usually waits a few milliseconds for
     #: `initialize`, and the imports done then cost no call anything.  One
