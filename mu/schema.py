@@ -3,8 +3,8 @@
 `schema_digest()` is what a plugin built against this mu puts in its
 handshake (protocol, "Handshake": `sha256:` and the hex sha256 of the exact
 bytes).  It reads one file and imports nothing heavier than `mu.digest`, so
-the SDK and every verb may call it freely; `jsonschema` is imported only by the validators,
-on first use.
+the SDK and every verb may call it freely; `jsonschema` is imported only by
+the validators, on first use.
 
 The validators guarantee that a value passing them has every field the
 protocol text requires, no field it does not list (except an `up` host

@@ -101,7 +101,8 @@ def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
         kinds = [kinds]
     ref = schema.get("$ref")
     if ref is not None:
-        target = ref[len("#/$defs/"):] if isinstance(ref, str) and ref.startswith("#/$defs/") and "~" not in ref else None
+        usable = isinstance(ref, str) and ref.startswith("#/$defs/") and "~" not in ref
+        target = ref[len("#/$defs/"):] if usable else None
         if target is None or target not in defs:
             return _unsure
         ref = defs[target]

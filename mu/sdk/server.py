@@ -5,8 +5,9 @@ reply, what is dropped with a note, how a handler's outcome becomes a
 reply).  It guarantees one reply per request it accepts, written whole and
 only after the handler returned, and a thread per call, so that `$/cancel`
 is read while handlers work; a handler marked quick (`method(quick=True)`)
-runs on the reading thread instead, in the order its request came.  Threads it starts (calls and watch workers)
-are tracked so the exit path can wait for them.
+runs on the reading thread instead, in the order its request came.
+Threads it starts (calls and watch workers) are tracked so the exit path
+can wait for them.
 
 Ownership.  `run` (`mu.sdk.plugin`) makes the server and imports this
 module; the server makes the calls and watches (`mu.sdk.call`).  It

@@ -149,7 +149,8 @@ class Box(boxes.ExecBox):
         client = client_argv(self.options, "@FOLDER@", "@NAME@")
         words = " ".join(shellwords.quote(w) for w in client)
         words = words.replace("@FOLDER@", '"$mu_f"').replace("@NAME@", '"$1"')
-        env = "CONTAINERS_CONF=%s " % shellwords.quote(self.options.containers_conf) if self.options.containers_conf else ""
+        conf = self.options.containers_conf
+        env = "CONTAINERS_CONF=%s " % shellwords.quote(conf) if conf else ""
         folder = shellwords.quote(os.path.dirname(self.options.box_folder(self.dest)))
         return ('mu_box() { while [ $# -gt 2 ]; do shift; done; mu_f=%s/"$1"; %sexec %s sh -c "$2"; }; mu_box'
                 % (folder, env, words))

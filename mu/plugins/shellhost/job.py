@@ -113,7 +113,8 @@ class JobSeam:
         cmd, setup = spec["cmd"], ""
         if spec.get("commandSource") == "harness":
             cmd, setup = shipped_on_host(cmd)
-        body = values + (setup + remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shellwords.quote)).encode("utf-8")
+        run = remote.run_file(exports, JOB_DIR_VAR, spec["cwd"], cmd, shellwords.quote)
+        body = values + (setup + run).encode("utf-8")
         agent = "%s/%s" % (spec.get("workstream"), spec.get("name"))  # the channel's agent
         args = [job_name(key), job_token(self.options.instance(), key), job_name(key), self.tmux_socket(), digest, agent,
                 str(len(values))]

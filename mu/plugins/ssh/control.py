@@ -94,7 +94,7 @@ def destination(target: Optional[Dict[str, Any]]) -> str:
 
 def remote_command(program: str, work: str, args: Sequence[str]) -> str:
     """The command line the login shell runs: `sh -c <program> mu-ssh <work> <args>`."""
-    return " ".join(["sh", "-c", shellwords.quote(program), "mu-ssh", shellwords.quote(work)] + [shellwords.quote(a) for a in args])
+    return shellwords.join(["sh", "-c", program, "mu-ssh", work, *args])
 
 
 class Connection:
