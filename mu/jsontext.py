@@ -24,7 +24,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional, Tuple
+    from typing import Any, Callable, Optional, Tuple
 
 try:
     from _json import encode_basestring, encode_basestring_ascii, make_encoder, make_scanner
@@ -110,6 +110,26 @@ def dumps(value: Any, *, ensure_ascii: bool = True, separators: Optional[Tuple[s
     markers = {} if check_circular else None
     encoder = make_encoder(markers, _unknown, quote, None, key_separator, item_separator, sort_keys, False, allow_nan)
     return "".join(encoder(value, 0))
+
+
+def encoder(*, ensure_ascii: bool = True, separators: Optional[Tuple[str, str]] = None,
+            allow_nan: bool = True) -> Callable[[Any], str]:
+    """`dumps` with these arguments and ``check_circular=False``, made once
+    for a caller that writes many values the same way (`mu.rpc.framing`):
+    with no table of the containers being written, one encoder serves
+    every call, and a cycle raises RecursionError, as any value nested
+    past the interpreter's depth does."""
+    item_separator, key_separator = separators or _DEFAULT_SEPARATORS
+    if make_scanner is None:
+        return lambda value: dumps(value, ensure_ascii=ensure_ascii, separators=separators, allow_nan=allow_nan,
+                                   check_circular=False)
+    quote = encode_basestring_ascii if ensure_ascii else encode_basestring
+    made = make_encoder(None, _unknown, quote, None, key_separator, item_separator, False, False, allow_nan)
+
+    def encode(value: Any) -> str:
+        return quote(value) if isinstance(value, str) else "".join(made(value, 0))
+
+    return encode
 
 
 def _skip_space(text: str, at: int) -> int:

@@ -96,3 +96,24 @@ def test_it_imports_neither_json_nor_re():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_an_encoder_made_once_writes_what_dumps_writes(value):
+    options = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
+    encode = jsontext.encoder(**options)
+    try:
+        want = json.dumps(value, check_circular=False, **options)
+    except (ValueError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            encode(value)
+        return
+    assert encode(value) == want == encode(value)  # the same encoder, twice
+
+
+def test_an_encoder_made_once_meets_a_cycle_with_a_recursion_error():
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(RecursionError):
+        jsontext.encoder()(cycle)
+    assert jsontext.encoder()([[1], [1]]) == "[[1], [1]]"

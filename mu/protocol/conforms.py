@@ -176,14 +176,16 @@ def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
 
 
 def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict[str, Any]], Optional[bool]]:
-    """What `_object` decides for `schema`, its keywords read once (its
-    patterns compiled at the first value with a key to match)."""
+    """The object keywords of `schema` as a function of a dict value, read
+    once (its patterns compiled at the first value with a key to match)."""
     required = schema.get("required", [])
     properties = schema.get("properties", {})
     patterns = schema.get("patternProperties", {})
-    if not isinstance(required, list) or not isinstance(properties, dict) or not isinstance(patterns, dict) \
-            or "minProperties" in schema or "maxProperties" in schema or "propertyNames" in schema:
-        return lambda value: _object(defs, schema, value)  # the rarer keywords: read as written
+    if not isinstance(required, list) or not isinstance(properties, dict) or not isinstance(patterns, dict):
+        return _unsure
+    fewest = schema.get("minProperties")
+    most = schema.get("maxProperties")
+    names = schema.get("propertyNames")
     additional = schema.get("additionalProperties", True)
     searches: List[Tuple[Any, Any]] = []
 
@@ -191,33 +193,39 @@ def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict
         for key in required:
             if key not in value:
                 return False
+        if (fewest is not None and len(value) < fewest) or (most is not None and len(value) > most):
+            return False
         if patterns and value and not searches:
             searches[:] = [(_searcher(pattern), sub) for pattern, sub in patterns.items()]
         unsure = False
         for key, item in value.items():
             if not isinstance(key, str):
                 return None
+            said = True
             matched = key in properties
             if matched:
                 said = _compiled(defs, properties[key])(item)
-                if said is False:
-                    return False
-                unsure = unsure or said is None
             for search, sub in searches:
-                if search(key):
+                if said is not False and search(key):
                     matched = True
-                    said = _compiled(defs, sub)(item)
-                    if said is False:
-                        return False
-                    unsure = unsure or said is None
+                    said = _both(said, _compiled(defs, sub)(item))
             if not matched:
                 said = _compiled(defs, additional)(item)
-                if said is False:
-                    return False
-                unsure = unsure or said is None
+            if names is not None and said is not False:
+                said = _both(said, _compiled(defs, names)(key))
+            if said is False:
+                return False
+            unsure = unsure or said is None
         return None if unsure else True
 
     return check
+
+
+def _both(first: Optional[bool], second: Optional[bool]) -> Optional[bool]:
+    """Two answers that must both hold: False, else None if one is not sure, else True."""
+    if first is False or second is False:
+        return False
+    return None if first is None or second is None else True
 
 
 def _any(results) -> Optional[bool]:
@@ -272,42 +280,6 @@ def _among(choices: Any, value: Any) -> Optional[bool]:
         if type(choice) is type(value) and choice == value:
             return True
     return False
-
-
-def _object(defs: Dict[str, Any], schema: Dict[str, Any], value: Dict[str, Any]) -> Optional[bool]:
-    if not all(isinstance(key, str) for key in value):
-        return None
-    results = []
-    required = schema.get("required", [])
-    if not isinstance(required, list):
-        return None
-    if any(key not in value for key in required):
-        return False
-    if "minProperties" in schema and len(value) < schema["minProperties"]:
-        return False
-    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-        return False
-    properties = schema.get("properties", {})
-    patterns = schema.get("patternProperties", {})
-    if not isinstance(properties, dict) or not isinstance(patterns, dict):
-        return None
-    additional = schema.get("additionalProperties", True)
-    for key, item in value.items():
-        matched = False
-        if key in properties:
-            matched = True
-            results.append(_compiled(defs, properties[key])(item))
-        for pattern, sub in patterns.items():
-            if _searcher(pattern)(key):
-                matched = True
-                results.append(_compiled(defs, sub)(item))
-        if not matched:
-            results.append(_compiled(defs, additional)(item))
-        if "propertyNames" in schema:
-            results.append(_compiled(defs, schema["propertyNames"])(key))
-        if results and results[-1] is False:
-            return False
-    return _all(results)
 
 
 def _string(schema: Dict[str, Any], value: str) -> Optional[bool]:

@@ -41,23 +41,10 @@ class FramingError(ValueError):
 _TOO_DEEP = f"line is nested deeper than {MAX_JSON_DEPTH} levels"
 
 
-def _refuse_type(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-try:
-    from _json import encode_basestring as _encode_text
-    from _json import make_encoder as _c_make_encoder
-except ImportError:  # pragma: no cover - CPython always has them
-    _c_make_encoder = None
-
-# No circular-reference table (the caller's params are trees); a cycle, like
-# any structure nested past the interpreter's depth, raises RecursionError.
-_C_ENCODE = (
-    _c_make_encoder(None, _refuse_type, _encode_text, None, ":", ",", False, False, False)
-    if _c_make_encoder is not None
-    else None
-)
+# Made once: no circular-reference table (the caller's params are trees); a
+# cycle, like any structure nested past the interpreter's depth, raises
+# RecursionError.
+_ENCODE = jsontext.encoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _C_SCAN = jsontext.scanner(constants=False)
 
 
@@ -70,10 +57,7 @@ def encode(message: Dict[str, Any]) -> bytes:
     `ValueError` for NaN, infinities, lone surrogates or a structure too
     deep (or circular) to encode."""
     try:
-        if _C_ENCODE is not None:
-            text = "".join(_C_ENCODE(message, 0))
-        else:
-            text = _general_encode(message)
+        text = _ENCODE(message)
     except RecursionError:
         raise ValueError("message nests too deeply (or refers to itself)") from None
     data = text.encode("utf-8")
@@ -86,9 +70,7 @@ def encode_text(value: Any) -> str:
     """The JSON text of one value, as `encode` writes it inside a line (no
     length check: the caller checks the line it makes of it)."""
     try:
-        if _C_ENCODE is not None:
-            return "".join(_C_ENCODE(value, 0))
-        return _general_encode(value)
+        return _ENCODE(value)
     except RecursionError:
         raise ValueError("message nests too deeply (or refers to itself)") from None
 
@@ -147,10 +129,6 @@ def _decode_text(text: str) -> Any:
         raise FramingError(_TOO_DEEP) from None
     except ValueError as e:
         raise FramingError(f"line is not JSON ({e})") from None
-
-
-def _general_encode(value: Any) -> str:
-    return jsontext.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 class LineSplitter:
