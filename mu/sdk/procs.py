@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 TOKEN_VAR = "MU_SDK_RUN"
 KILL_WAIT_S = 2.0  # how long a kill keeps sweeping before it gives up
+_PF_KTHREAD = 0x00200000  # the kernel's flag for its own threads, in /proc/<pid>/stat
 
 
 def kill_tree(root: Optional[int], token: Optional[str], wait_s: float = KILL_WAIT_S) -> bool:
@@ -105,10 +106,47 @@ def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
             todo.extend(children.get(pid, ()))
     if token is not None and os.path.isdir("/proc"):
         needle = ("%s=%s\0" % (TOKEN_VAR, token)).encode()
+        in_doubt = []
         for pid in table:
-            if pid not in found and pid != me and _environ_has(pid, needle):
-                found.add(pid)
+            if pid not in found and pid != me and table[pid][2] not in "ZX":
+                has = _environ_has(pid, needle)
+                if has:
+                    found.add(pid)
+                elif has is None:
+                    in_doubt.append(pid)
+        if in_doubt:
+            found.update(_settle_doubts(in_doubt, needle))
     return {pid for pid in found if pid != me and table.get(pid, (0, 0, "Z"))[2] not in "ZX"}
+
+
+# A process in execve has, for a moment, a new address space whose
+# environment is not yet laid out: its /proc environ reads empty although
+# the program it becomes carries the token.  Read as "no token", a kill
+# would miss a job's process caught mid-exec and report the job gone while
+# it lives on.  So an empty environment is read again, a few times over
+# ~60 ms, before it counts as one without the token; only processes whose
+# environment really is empty (rare: `env -i`) pay for the pauses.
+_DOUBT_PAUSES_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032)
+
+
+def _settle_doubts(pids: List[int], needle: bytes) -> Set[int]:
+    """Those of `pids` (whose environment read empty) that carry `needle`
+    once the environment is there; one that ends, or whose environment
+    stays empty, is left out."""
+    carrying: Set[int] = set()
+    for pause in _DOUBT_PAUSES_S:
+        if not pids:
+            break
+        time.sleep(pause)
+        still = []
+        for pid in pids:
+            has = _environ_has(pid, needle)
+            if has:
+                carrying.add(pid)
+            elif has is None:
+                still.append(pid)
+        pids = still
+    return carrying
 
 
 def processes() -> Dict[int, Tuple[int, int, str]]:
@@ -166,9 +204,28 @@ def _read(path: str) -> bytes:
         os.close(fd)
 
 
-def _environ_has(pid: int, needle: bytes) -> bool:
+def _environ_has(pid: int, needle: bytes) -> Optional[bool]:
+    """Whether process `pid`'s environment holds `needle`; None when it
+    reads empty from a live user process (maybe one caught in execve)."""
     try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            return needle in (b"\0" + f.read())
+        environ = _read("/proc/%d/environ" % pid)
     except OSError:
         return False  # gone, or not ours to read
+    if environ:
+        return needle in (b"\0" + environ)
+    return None if _is_user_process(pid) else False
+
+
+def _is_user_process(pid: int) -> bool:
+    """Alive, not a zombie, and not a kernel thread (whose environment is
+    always empty)."""
+    try:
+        stat = _read("/proc/%d/stat" % pid)
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
+    except (IndexError, ValueError):
+        return False
+
