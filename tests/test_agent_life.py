@@ -218,6 +218,25 @@ def test_a_read_resolves_no_intent(bound, isolated):
     assert rows(isolated, "effects") == [] and rows(isolated, "jobs") == []
 
 
+def test_a_list_of_many_reconciles_each_agent_by_its_own_records(bound, isolated):
+    # the list reads every record in one go (mu.agents.records.Snapshot):
+    # each agent is still judged by its own job, intent and view
+    for name in ("w/live", "w/dead", "w/held"):
+        assert spawn(name).returncode == 0
+    wait_for(lambda: all(a["state"] == "running" for a in listed().values()), what="the jobs running")
+    held = run_mu("agent", "close", "w/held", env={"MU_CRASH_AT": "reply-read@job.stop"})
+    assert held.returncode != 0 and len(rows(isolated, "effects")) == 1
+    kill_view(show("w/dead")["pane"])
+    after = listed()
+    assert after["w/live"]["state"] == "running" and after["w/live"]["reconciled"] is None
+    assert after["w/dead"]["state"] == "ended" and "bound view died" in after["w/dead"]["reconciled"]
+    assert after["w/held"]["pendingEffect"] == "job.stop" and after["w/held"]["reconciled"] is None
+    assert len(rows(isolated, "effects")) == 1  # the open intent is only read
+    for name in ("w/live", "w/dead", "w/held"):
+        assert run_mu("agent", "close", name).returncode == 0
+    assert rows(isolated, "jobs") == [] and rows(isolated, "agents") == []
+
+
 def test_list_starts_one_plugin_process_for_many_agents(bound):
     for name in ("w/a", "w/b", "w/c"):
         assert spawn(name).returncode == 0

@@ -174,6 +174,27 @@ def test_a_listing_keeps_every_agents_calls_in_flight_together(world):
     assert methods.count("initialize") == 1  # one plugin process for them all
 
 
+def test_a_listing_reads_its_records_in_one_go_not_an_agent_at_a_time(world):
+    # mu.agents.records.Snapshot: every job, intent and host in one read
+    from mu import api
+
+    for n in range(5):
+        world.agent(f"ws/a{n}", runs=1)
+    statements = []
+    conn = db.connect()
+    conn.set_trace_callback(statements.append)
+    try:
+        found = api.agent_list()
+    finally:
+        conn.set_trace_callback(None)
+    assert [(a.agent, a.runs, a.liveness) for a in found] == [(f"ws/a{n}", 1, "alive") for n in range(5)]
+    one_by_one = [s for s in statements if any(f"FROM {table} WHERE" in s for table in
+                                               ("jobs", "effects", "hosts", "host_profiles"))]
+    assert one_by_one == []
+    assert len(statements) < 20, statements  # nothing else an agent at a time either
+    assert any("FROM jobs" in s for s in statements)  # they were read: in one go
+
+
 # What `mu agent list` over live agents may not load (issue 31, item 4):
 # `dataclasses` (and the `inspect`, `ast` and `dis` it loads), the other
 # verb groups of mu.api, the final collect's machinery, `traceback` (a

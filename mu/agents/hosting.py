@@ -40,8 +40,13 @@ PROVIDER, PROFILE = "provider", "profile"
 def of(agent: Agent, job: Optional[Job] = None, conn: Optional[sqlite3.Connection] = None) -> Optional[Host]:
     """The recorded host of the agent's job (the job record's host, else
     the agent row's), or None when no host of that name is recorded."""
-    name = job.host if job is not None and job.host else agent.host
+    name = host_name(agent, job)
     return hosts.find(name, conn) if name else None
+
+
+def host_name(agent: Agent, job: Optional[Job] = None) -> Optional[str]:
+    """The name of the agent's host: its job record's, else its row's."""
+    return job.host if job is not None and job.host else agent.host
 
 
 def kind(host: Host) -> str:

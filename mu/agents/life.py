@@ -51,6 +51,7 @@ from mu import panes
 from mu.agents import hosting, jobseam, readings, split_agent
 from mu.agents.hosting import Host
 from mu.agents.readings import Clients
+from mu.agents.records import LIVE, Records
 from mu.deadline import Deadline
 from mu.effects import engine
 from mu.errors import MuError, NotFound, Permanent, Refused
@@ -114,13 +115,14 @@ def _ended(job: Job) -> Dict[str, Any]:
     return {"state": state if state in ("ended", "lost") else "ended", "reason": reason or job.ended}
 
 
-def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Seen:
+def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None, records: Records = LIVE) -> Seen:
     """Read one agent: its job record, `job.status` through the plugin
     and the reconcile the module's note describes (both only when `ask`),
     and its pane.  A plugin that cannot answer reads as `unknown` with the
-    reason; never as running."""
-    job = jobs.find(agent.job)
-    open_intent = intents.pending(f"job:{agent.job}")
+    reason; never as running.  `records` looks up the job, its intent and
+    its host (mu.agents.records)."""
+    job = records.job(agent.job)
+    open_intent = records.pending(f"job:{agent.job}")
     ref = pane_of(agent)
     alive = attach = unchecked = None
     if ref is not None:
@@ -141,19 +143,21 @@ def see(agent: Agent, ask: bool = True, clients: Optional[Clients] = None) -> Se
                 pane_unchecked=unchecked)
     if ask and job is not None and job.state == "started":
         clients = clients or Clients()
-        seen = reconcile(seen, readings.job_status(clients, hosting.of(agent, job), job), clients)
+        seen = reconcile(seen, readings.job_status(clients, records.host(agent, job), job), clients, records)
     return seen
 
 
-def reconcile(seen: Seen, status: Dict[str, Any], clients: Clients) -> Seen:
+def reconcile(seen: Seen, status: Dict[str, Any], clients: Clients, records: Records = LIVE) -> Seen:
     """The read's reconcile (the module's note), given the job's
     `job.status` answer as the read got it.  Returns the agent as it stands
     after: `liveness` is `status`, or the ended job's once it was stopped,
-    and `reconciled` says what was done."""
+    and `reconciled` says what was done.  The stop it may make reads the
+    job and its intent again under the agent's lock, whatever `records`
+    held."""
     agent, job = seen.agent, seen.job
     if job is None or job.state != "started" or seen.pending is not None:
         return seen._replace(liveness=status) if job is not None and job.state == "started" else seen
-    host = hosting.of(agent, job)
+    host = records.host(agent, job)
     if hosting.is_lost(host):
         # protocol "The host": a lost host's jobs are gone with it, unless
         # the kind outlives its host; that one still gets job.stop

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 from mu.agents import hosting, jobseam
 from mu.agents.hosting import Host
+from mu.agents.records import LIVE, Records
 from mu.deadline import Deadline
 from mu.errors import MuError, Retryable, StateError
 from mu.records import NamedTuple
 from mu.runtime.client import PluginClient
 from mu.seams import channel
 from mu.seams.channel import Reading
-from mu.store import agents, db, jobs, plugins
+from mu.store import agents, db, plugins
 from mu.store.agents import Agent
 from mu.store.jobs import Job
 
@@ -158,11 +159,11 @@ def job_status(clients: Clients, host: Optional[Host], job: Optional[Job]) -> Di
         return {"state": "unknown", "reason": e.message}
 
 
-def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentReading:
+def read(agent: Agent, clients: Clients, *, last_text: bool = True, records: Records = LIVE) -> AgentReading:
     """Read one agent: `job.status`, then its channel's reading and (with
     `last_text`) its last settled turn.  Never raises for a plugin that
     cannot answer: what could not be read is `unknown` with the reason."""
-    return read_all([agent], clients, last_text=last_text)[0]
+    return read_all([agent], clients, last_text=last_text, records=records)[0]
 
 
 class _Plan(NamedTuple):
@@ -176,13 +177,13 @@ class _Plan(NamedTuple):
     turn: Optional[Reading]
 
 
-def _plan(agent: Agent, clients: Clients, seen: Dict[Any, Any]) -> _Plan:
+def _plan(agent: Agent, clients: Clients, seen: Dict[Any, Any], records: Records) -> _Plan:
     """`seen` keeps the records many agents share (their plugin's channel
     seam, their host) for one read: one lookup each, not one per agent."""
-    job = jobs.find(agent.job)
-    host_key = ("host", job.host if job is not None and job.host else agent.host)
+    job = records.job(agent.job)
+    host_key = ("host", hosting.host_name(agent, job))
     if host_key not in seen:
-        seen[host_key] = hosting.of(agent, job)
+        seen[host_key] = records.host(agent, job)
     host = seen[host_key]
     seam_key = ("seam", agent.plugin)
     if seam_key not in seen:
@@ -200,12 +201,14 @@ def _plan(agent: Agent, clients: Clients, seen: Dict[Any, Any]) -> _Plan:
     return _Plan(agent, job, host, client, turn)
 
 
-def read_all(agents: List[Agent], clients: Clients, *, last_text: bool = True) -> List[AgentReading]:
+def read_all(agents: List[Agent], clients: Clients, *, last_text: bool = True,
+             records: Records = LIVE) -> List[AgentReading]:
     """Every agent in `agents`, in order, through the same clients, read
     as `read` reads one, with the calls of every agent in flight together
-    (the module's docstring)."""
+    (the module's docstring).  `records` looks up their jobs and hosts
+    (mu.agents.records: a `Snapshot` for a read of many)."""
     seen: Dict[Any, Any] = {}
-    plans = [_plan(a, clients, seen) for a in agents]
+    plans = [_plan(a, clients, seen, records) for a in agents]
     rounds = _Rounds()
     # the first round: every agent's job.status and readStates; the second: the lastRuns they call for
     first = rounds.run([(lambda c, p=p: _status(c, clients, p)) for p in plans]

@@ -103,17 +103,21 @@ def _info(seen: life.Seen, reading: Optional[readings.AgentReading] = None) -> A
                          runs=turn.runs, incarnation=turn.incarnation, last_text=reading.last_text)
 
 
-def _read(names: List[agent_store.Agent]) -> List[AgentInfo]:
+def _read(names: List[agent_store.Agent], snapshot: bool = False) -> List[AgentInfo]:
     """Each agent read through one plugin process per plugin, then
-    reconciled (mu.agents.life: the one effect a read may call)."""
+    reconciled (mu.agents.life: the one effect a read may call).  With
+    `snapshot`, their jobs, intents and hosts are read in one go
+    (mu.agents.records), as a read of many agents wants."""
+    from mu.agents import records as agent_records
     from mu.agents import staleness
 
+    records = agent_records.Snapshot() if snapshot else agent_records.LIVE
     clients = readings.Clients()
     found = []
     stale = staleness.all_staleness()
     # job.status on a provider host or a profile alike, every agent's calls in flight together
-    for a, reading in zip(names, readings.read_all(names, clients)):
-        seen = life.reconcile(life.see(a, ask=False), reading.job_status, clients)
+    for a, reading in zip(names, readings.read_all(names, clients, records=records)):
+        seen = life.reconcile(life.see(a, ask=False, records=records), reading.job_status, clients, records)
         reading = life.as_reconciled(reading, seen)
         tree = stale.get(a.agent)
         found.append(_info(seen, reading)._replace(reconciled=seen.reconciled or None,
@@ -181,7 +185,8 @@ def agent_list() -> List[AgentInfo]:
     """Every agent, with `job.status` and its channel's reading asked of
     its plugin (reads), one plugin process per plugin."""
     with _plugins_stopped():
-        return _read(agent_store.all_agents())
+        # every agent: their records in one read, not four queries an agent
+        return _read(agent_store.all_agents(), snapshot=True)
 
 
 def agent_show(agent: str) -> AgentInfo:

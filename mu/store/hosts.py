@@ -193,10 +193,14 @@ def find(name: str, conn: Optional[sqlite3.Connection] = None) -> Optional[Host]
         return look(own)
 
 
-def all_hosts() -> List[Host]:
-    with db.reading() as conn:
-        found: List[Host] = [_provider(r) for r in conn.execute("SELECT * FROM hosts")]
-        found += [_profile(r) for r in conn.execute("SELECT * FROM host_profiles")]
+def all_hosts(conn: Optional[sqlite3.Connection] = None) -> List[Host]:
+    """Every provider host and profile, by name.  A name is one or the
+    other (`find` looks at provider hosts first, as this does)."""
+    if conn is None:
+        with db.reading() as own:
+            return all_hosts(own)
+    found: List[Host] = [_provider(r) for r in conn.execute("SELECT * FROM hosts")]
+    found += [_profile(r) for r in conn.execute("SELECT * FROM host_profiles")]
     return sorted(found, key=lambda h: h.name)
 
 

@@ -258,6 +258,8 @@ def resent(intent: IntentRecord, group: Tuple[int, float]) -> IntentRecord:
     return intent._replace(resent_groups=groups)
 
 
-def all_pending() -> list:
-    with db.reading() as conn:
+def all_pending(conn: Optional[sqlite3.Connection] = None) -> list:
+    if conn is not None:
         return [_record(row) for row in conn.execute("SELECT * FROM effects ORDER BY id")]
+    with db.reading() as own:
+        return all_pending(own)

@@ -103,9 +103,11 @@ def count_on_host(conn: sqlite3.Connection, host: str) -> int:
     return conn.execute("SELECT COUNT(*) FROM jobs WHERE host = ?", (host,)).fetchone()[0]
 
 
-def all_jobs() -> List[Job]:
-    with db.reading() as conn:
+def all_jobs(conn: Optional[sqlite3.Connection] = None) -> List[Job]:
+    if conn is not None:
         return [_job(r) for r in conn.execute("SELECT * FROM jobs ORDER BY created_at, token")]
+    with db.reading() as own:
+        return all_jobs(own)
 
 
 def record_ended(conn: sqlite3.Connection, token: str, why: str) -> None:
