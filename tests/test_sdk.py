@@ -298,6 +298,36 @@ def test_a_quick_handler_runs_on_the_reading_thread_and_the_rest_on_their_own(st
     assert wire.call("test.quick", {})["result"] == {"main": True}  # and the loop goes on
 
 
+def test_the_reading_threads_replies_go_out_together_before_it_waits_again():
+    # mu.sdk.wire: a read's quick replies are held until its lines are done,
+    # then written in order; another thread's reply is never held
+    from mu.sdk.wire import Wire
+
+    to_plugin, wire_in = os.pipe()
+    wire_out, from_plugin = os.pipe()
+    os.set_blocking(wire_out, False)
+    wire = Wire(to_plugin, from_plugin)
+    try:
+        os.write(wire_in, b'{"n":1}\n{"n":2}\n{"n":3}\n')
+        lines = wire.lines()
+        for n in (1, 2, 3):
+            assert next(lines) == b'{"n":%d}' % n
+            assert wire.send(b"reply %d\n" % n)
+        with pytest.raises(BlockingIOError):
+            os.read(wire_out, 1024)  # held: the thread is still on this read's lines
+        other = threading.Thread(target=wire.send, args=(b"from another thread\n",))
+        other.start()
+        other.join()
+        assert os.read(wire_out, 1024) == b"from another thread\n"
+        os.close(wire_in)
+        with pytest.raises(StopIteration):
+            next(lines)  # EOF: the held replies go before the loop ends
+        assert os.read(wire_out, 1024) == b"reply 1\nreply 2\nreply 3\n"
+    finally:
+        for fd in (to_plugin, wire_out, from_plugin):
+            os.close(fd)
+
+
 def test_instance_comes_from_the_plugin(start, root):
     assert start(HELLO, "--root", root, "--instance", "eu-1").initialize()["instance"] == "eu-1"
     env = dict(os.environ, SDKTEST_INSTANCE="x" * 129)

@@ -11,6 +11,11 @@ Guarantees (protocol "Transport"):
 - Every message goes out as one line: compact JSON, UTF-8, one newline,
   written whole under one lock, so concurrent replies never interleave.
   A message that would exceed 1 MiB is not sent (`send` reports it).
+- Replies the reading thread makes while it works through the lines of
+  one read (a quick handler's, an error for a bad request) are held and
+  written together once those lines are done, before the thread waits
+  again: one write for a burst of reads instead of one each, and one
+  wakeup for mu.  A reply from any other thread is written at once.
 - Input is split on newlines.  A line that is not valid UTF-8, not JSON or
   not a JSON object gets no reply (the plugin sends nothing that is not a
   reply to a request, and a reply to no request would break the plugin in
@@ -92,6 +97,8 @@ class Wire:
         self.fd_out = fd_out
         self._lock = _thread.allocate_lock()
         self._broken = False
+        self._reader: Optional[int] = None  # the thread in `lines`, whose sends are held
+        self._held: list = []
 
     @classmethod
     def take_stdio(cls) -> "Wire":
@@ -135,6 +142,15 @@ class Wire:
 
         A line over the limit is dropped as it streams, never held whole.
         """
+        self._reader = _thread.get_ident()
+        try:
+            yield from self._lines(wake_fd, stopped, idle)
+        finally:
+            self._reader = None
+            self._write_held()
+
+    def _lines(self, wake_fd: Optional[int], stopped: Optional[Callable[[], bool]],
+               idle: Optional[Callable[[], bool]]) -> Iterator[bytes]:
         poller = select.poll()
         for fd in (self.fd_in, wake_fd):
             if fd is not None:
@@ -143,6 +159,7 @@ class Wire:
         dropping = False
         busy = idle is not None
         while True:
+            self._write_held()  # the replies to the lines of the last read, before any wait
             events = poller.poll(0 if busy else None)
             if busy and not events:
                 busy = idle()  # type: ignore[misc]
@@ -180,10 +197,25 @@ class Wire:
 
     def send(self, data: bytes) -> bool:
         """Write one encoded line whole; False if it was not written (too
-        long, or the wire is broken)."""
+        long, or the wire is broken).  From the thread in `lines`, the line
+        is held and written with the others of its read (the module's
+        docstring)."""
         if len(data) > MAX_LINE_BYTES:
             note("refused to send a message of %d bytes, over the 1 MiB limit" % len(data))
             return False
+        if self._reader is not None and self._reader == _thread.get_ident():
+            if self._broken:
+                return False
+            self._held.append(data)  # written by `lines` before it waits again
+            return True
+        return self._write(data)
+
+    def _write_held(self) -> None:
+        if self._held:
+            data, self._held = b"".join(self._held), []
+            self._write(data)
+
+    def _write(self, data: bytes) -> bool:
         with self._lock:
             if self._broken:
                 return False
