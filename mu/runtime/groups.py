@@ -137,8 +137,7 @@ def start_time(pid: int, zombies: bool = False) -> Optional[float]:
     needs no psutil, whose import is milliseconds of every verb that reads
     an agent (issue 31).  Elsewhere psutil says."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = _read_small(f"/proc/{pid}/stat")  # a list reads one per agent's pane: no file object
     except (FileNotFoundError, ProcessLookupError):
         return None if os.path.isdir("/proc/self") else _psutil_start_time(pid, zombies)
     except OSError:
@@ -156,6 +155,15 @@ def start_time(pid: int, zombies: bool = False) -> Optional[float]:
         return ticks / _clock_ticks() + _boot_time()
     except OSError:  # a /proc without the boot time
         return _psutil_start_time(pid, zombies)
+
+
+def _read_small(path: str) -> bytes:
+    """A /proc file of one line, read whole (it fits one read)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 _boot: List[float] = []
