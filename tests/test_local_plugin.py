@@ -583,6 +583,39 @@ def test_release_stops_the_hosts_jobs(local, views):
     assert local.call("job.status", target=target)["state"] == "lost"
 
 
+def test_a_release_by_another_process_is_seen_by_one_that_read_the_host_before(launch, tmp_path, views):
+    # the reads keep a host's record and a job's job.json while their files
+    # are unchanged (mu.plugins.local.files.read_kept): a release elsewhere
+    # replaces the record, so the next read sees it
+    reader = launch(tmp_path / "root")
+    handle = reader.acquire("host-1")["handle"]
+    target = reader.job(handle, "job-k")
+    views.run(reader.call("job.start", target=target, key="job-k", spec=job_spec("exec sleep 30"))["view"])
+    wait_status(reader, target, "running")
+    assert reader.call("job.status", target=target)["state"] == "running"  # read, and kept
+    releaser = launch(tmp_path / "root")
+    assert releaser.call("host.release", target=releaser.host(handle), key="host-1") is None
+    assert reader.call("job.status", target=target)["state"] == "lost"
+    with pytest.raises(Permanent, match="released"):
+        reader.call("link.exec", target=reader.host(handle), script="true", cwd=".", timeoutMs=5000)
+
+
+def test_a_kept_record_is_read_again_once_replaced_and_each_caller_gets_its_own(tmp_path):
+    from mu.plugins.local.files import read_kept, write_json
+
+    path = str(tmp_path / "record.json")
+    assert read_kept(path) is None
+    write_json(path, {"n": 1})
+    first = read_kept(path)
+    assert first == {"n": 1}
+    first["n"] = 99  # the caller's copy
+    assert read_kept(path) == {"n": 1}
+    write_json(path, {"n": 2})  # replaced whole: a new file at the path, of the same size
+    assert read_kept(path) == {"n": 2}
+    os.unlink(path)
+    assert read_kept(path) is None
+
+
 def test_job_start_refuses_what_the_kind_does_not_honour(local):
     handle = local.acquire("host-1")["handle"]
     target = local.job(handle, "job-x")

@@ -58,7 +58,7 @@ from mu import sdk
 from mu.plugins import demo_turns
 from mu.plugins.demo_turns import CONTROL_KINDS, FIRST_INCARNATION, delivery_result, is_count, message_file, tell_watch
 from mu.plugins.local.fields import DEDUPE_WINDOW_MS, digest_of, job_folder
-from mu.plugins.local.files import create_json, ensure_dir, now_ms, read_json, write_json
+from mu.plugins.local.files import create_json, ensure_dir, now_ms, read_json, read_kept, write_json
 from mu.plugins.local.layout import EXIT_FILE, JOB_FILE, STOP_FILE
 from mu.plugins.local.processes import pid_runs
 from mu.plugins.local.turns import (
@@ -305,7 +305,7 @@ class ChannelSeam:
         host = self._host_target(call)
         home = self._host_folder_of(host)
         folder, key = job_folder(home, host["handle"], call)
-        job = read_json(os.path.join(folder, JOB_FILE))
+        job = read_kept(os.path.join(folder, JOB_FILE))
         if not job or job.get("key") != key:
             raise sdk.Permanent("host %s has no job with key %s" % (host["handle"], key))
         asked = demo_turns.asked_agent(call.target)

@@ -32,7 +32,7 @@ import os
 from mu import sdk
 from mu.lazy import LazyPattern
 from mu.plugins.local.fields import digest_of, handle_of, key_of
-from mu.plugins.local.files import listdir, now_ms, read_json, remove_tree, write_json
+from mu.plugins.local.files import listdir, now_ms, read_json, read_kept, remove_tree, write_json
 from mu.plugins.local.layout import JOB_FILE, host_handle
 from mu.plugins.local.processes import end_job
 
@@ -181,9 +181,14 @@ class HostSeam:
     def _host_folder(self, call):
         return self._host_folder_of(self._host_target(call))
 
+    def _host_record_seen(self, handle):
+        """The host's record for a read: kept between calls while its file
+        is unchanged (files.read_kept)."""
+        return read_kept(self._host_record_path(handle))
+
     def _host_folder_of(self, host):
         handle = handle_of(host)
-        record = self._host_record(handle)
+        record = self._host_record_seen(handle)
         if record is None:
             raise sdk.Permanent("no host %s under %s" % (handle, self.root))
         if record.get("released"):

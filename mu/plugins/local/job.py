@@ -38,7 +38,7 @@ import os
 from mu import sdk
 from mu.plugins.local.channel import first_prompt
 from mu.plugins.local.fields import digest_of, handle_of, inside, job_folder, key_of
-from mu.plugins.local.files import create_json, now_ms, read_json, remove_tree, write_json, write_private
+from mu.plugins.local.files import create_json, now_ms, read_json, read_kept, remove_tree, write_json, write_private
 from mu.plugins.local.layout import ENV_FILE, JOB_FILE, PID_FILE, STOP_FILE, job_handle, job_name, job_token
 from mu.plugins.local.processes import end_job, job_state, launch, view_of
 from mu.plugins.local.turns import FIRST_INCARNATION
@@ -141,12 +141,12 @@ class JobSeam:
     def job_status(self, params, call):
         host = self._host_target(call)
         handle = handle_of(host)
-        record = self._host_record(handle)
+        record = self._host_record_seen(handle)
         home = record.get("folder") if record else None
         if not record or record.get("released") or not isinstance(home, str) or not os.path.isdir(home):
             return {"state": "lost", "reason": "its host %s is gone" % handle}
         folder, key = job_folder(home, handle, call)
-        job = read_json(os.path.join(folder, JOB_FILE))
+        job = read_kept(os.path.join(folder, JOB_FILE))
         if job is None:
             return {"state": "lost", "reason": "host %s has no job with key %s" % (handle, key)}
         return job_state(folder, job)
