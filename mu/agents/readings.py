@@ -22,9 +22,9 @@ so reading any number of agents starts one plugin process per plugin.
 `read_all` keeps the calls of many agents in flight together: every
 agent's `job.status` and `readStates` are written before the first
 answer is read (`PluginProcess.submit`, then each handle's `result`:
-docs/DECISIONS.md, the reactor), then every `lastRun` the answers call
-for, so a listing waits for two rounds, not for three round trips per
-agent.
+docs/DECISIONS.md, the reactor), and each agent's `lastRun` is written as
+soon as its turn says one is due, so a listing waits about as long as the
+plugin takes to answer, not for three round trips per agent.
 Reads never call an effect and never resolve an intent; the one thing a
 read writes is the agent's incarnation when it learned another one.
 """
@@ -209,17 +209,25 @@ def read_all(agents: List[Agent], clients: Clients, *, last_text: bool = True,
     (mu.agents.records: a `Snapshot` for a read of many)."""
     seen: Dict[Any, Any] = {}
     plans = [_plan(a, clients, seen, records) for a in agents]
-    rounds = _Rounds()
-    # the first round: every agent's job.status and readStates; the second: the lastRuns they call for
-    first = rounds.run([(lambda c, p=p: _status(c, clients, p)) for p in plans]
-                       + [(lambda c, p=p: _turn(c, p)) for p in plans],
-                       [_status_client(clients, p) for p in plans] + [p.client for p in plans])
-    statuses, turns = first[:len(plans)], first[len(plans):]
-    for p, turn in zip(plans, turns):
+    # every agent's job.status and readStates written at once; each agent's
+    # lastRun written as soon as its turn is known, so the plugin answers
+    # those while mu checks the turns that follow
+    first = _Round()
+    for p in plans:
+        first.add(lambda c, p=p: _status(c, clients, p), _status_client(clients, p))
+    for p in plans:
+        first.add(lambda c, p=p: _turn(c, p), p.client)
+    statuses = [first.finish(i) for i in range(len(plans))]
+    turns = []
+    second = _Round()
+    for i, p in enumerate(plans):
+        turn = first.finish(len(plans) + i)
+        turns.append(turn)
         if p.client is not None and turn.state != "unknown":
             learn_incarnation(p.agent, turn.incarnation)
-    wanted = [p.client if last_text and p.client is not None and turn.runs else None for p, turn in zip(plans, turns)]
-    lasts = rounds.run([(lambda c, p=p, t=t: _last(c, p, t)) for p, t in zip(plans, turns)], wanted)
+        second.add(lambda c, p=p, t=turn: _last(c, p, t),
+                   p.client if last_text and p.client is not None and turn.runs else None)
+    lasts = [second.finish(i) for i in range(len(plans))]
     return [AgentReading(p.agent, p.job, p.host, liveness_of(status), status, turn, last)
             for p, status, turn, last in zip(plans, statuses, turns, lasts)]
 
@@ -268,41 +276,50 @@ class _Written(Exception):
     """A seam function's call was written; its answer comes in the second pass."""
 
 
-class _Rounds:
+class _Round:
     """Calls of many agents in flight together, through unchanged seam
     functions (`job_status`, `channel.read_state`, `channel.last_run`).
 
     Each of those builds its params, makes one `call`, and checks the
     answer, with nothing else done between.  So a round runs each function
-    twice, over a stand-in for its client: the first pass writes the call
-    (`submit`) and stops the function there; once every call of the round
-    is written, each handle's `result` is collected; the second pass runs
-    the functions again, and each one's call returns its answer (or raises
-    what the call raised), so the function checks it as it always does.
+    twice, over a stand-in for its client: the first pass (`add`) writes
+    the call (`submit`) and stops the function there; the second
+    (`finish`) collects that call's answer and runs the function again,
+    and its call returns the answer (or raises what the call raised), so
+    the function checks it as it always does.  Steps are finished in any
+    order, each once; a later step may be added while earlier ones wait.
     A function that raises before its call (an instance mu did not record
     the job under) raises the same way in both passes and writes nothing.
     """
 
-    def run(self, steps: List[Any], clients: List[Optional[PluginClient]]) -> List[Any]:
-        """`steps[i](client)` for each i, `clients[i]` (None: no call, the
-        step runs on None at once) standing in as described."""
-        proxies = [None if c is None else _Proxy(c) for c in clients]
-        for step, proxy in zip(steps, proxies):
-            if proxy is not None:
-                try:
-                    step(proxy)
-                except _Written:
-                    pass
-                except MuError:
-                    pass  # raised before its call: the second pass raises it again, where it is handled
-        for proxy in proxies:
-            if proxy is not None:
-                proxy.collect()
-        return [step(proxy) for step, proxy in zip(steps, proxies)]
+    def __init__(self) -> None:
+        self._steps: List[Any] = []
+        self._proxies: List[Optional[_Proxy]] = []
+
+    def add(self, step: Any, client: Optional[PluginClient]) -> None:
+        """Write `step`'s call through `client` (None: no call; the step
+        runs on None when it is finished)."""
+        proxy = None if client is None else _Proxy(client)
+        if proxy is not None:
+            try:
+                step(proxy)
+            except _Written:
+                pass
+            except MuError:
+                pass  # raised before its call: the second pass raises it again, where it is handled
+        self._steps.append(step)
+        self._proxies.append(proxy)
+
+    def finish(self, index: int) -> Any:
+        """The step added `index`-th, run on its answer."""
+        proxy = self._proxies[index]
+        if proxy is not None:
+            proxy.collect()
+        return self._steps[index](proxy)
 
 
 class _Proxy:
-    """A `PluginClient` as one step of a `_Rounds` sees it: `name` and
+    """A `PluginClient` as one step of a `_Round` sees it: `name` and
     `instance` are the client's; `call` writes, then answers."""
 
     def __init__(self, client: PluginClient) -> None:
