@@ -3,7 +3,6 @@ processes a function started, and the guard every exported function wears."""
 
 from __future__ import annotations
 
-import contextlib
 from types import FunctionType
 
 from mu import text
@@ -12,26 +11,27 @@ from mu import text
 # calls a plugin (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator
+    from typing import Any, Dict
 
 
-@contextlib.contextmanager
-def _plugins_stopped() -> Iterator[None]:
+class _plugins_stopped:
     """Stop the plugin processes started inside the block when it ends,
     unless a signal ends mu: the supervisor then stops every plugin itself,
-    as mu ends (protocol "Process"), and says so."""
-    from mu.errors import Terminating
-    from mu.runtime.supervisor import supervisor
+    as mu ends (protocol "Process"), and says so.  A class, not a
+    `contextlib` generator: `contextlib` is milliseconds of a verb's start."""
 
-    before = set(map(id, supervisor.running()))
-    try:
-        yield
-    except Terminating:
-        raise
-    except BaseException:
-        _stop_new(supervisor, before)
-        raise
-    _stop_new(supervisor, before)
+    def __enter__(self) -> None:
+        from mu.runtime.supervisor import supervisor
+
+        self._before = set(map(id, supervisor.running()))
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        from mu.errors import Terminating
+        from mu.runtime.supervisor import supervisor
+
+        if not isinstance(value, Terminating):
+            _stop_new(supervisor, self._before)
+        return False  # whatever was raised goes on
 
 
 def _stop_new(supervisor: Any, before: set) -> None:

@@ -41,7 +41,6 @@ for the agent, last, so nothing overrides them.
 from __future__ import annotations
 
 import _signal  # `signal`'s core, built in: `signal` imports `enum`
-import importlib
 import os
 import sys
 import time
@@ -280,7 +279,9 @@ def starter() -> List[str]:
 
 def backend_named(name: str) -> PaneBackend:
     module, _, cls = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    # __import__ with a fromlist is the module itself, as importlib's
+    # import_module gives it (importlib would import `warnings`)
+    return getattr(__import__(module, fromlist=(cls,)), cls)()
 
 
 def choose(environ: Optional[Mapping[str, str]] = None) -> PaneBackend:

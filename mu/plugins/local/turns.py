@@ -91,13 +91,18 @@ def turn_record(folder: str) -> "dict | None":
 
 def reading_of(folder: str) -> dict:
     """channel.readStates's reading of the agent in `folder`."""
-    return reading(turn_record(folder), _since_of(folder), _why_unknown(folder))
+    turn = turn_record(folder)
+    if turn is not None:
+        return reading(turn, 0, "")  # the since and reason of no record are not looked up
+    return reading(None, _since_of(folder), _why_unknown(folder))
 
 
 def observation_of(folder: str, turn: "dict | None") -> dict:
     """The agent as it is now, as an observation (a watch's `initial`);
     `turn` is turn_record(folder), read by the caller."""
-    return observation_now(turn, _since_of(folder), _why_unknown(folder))
+    if turn is not None:
+        return observation_now(turn, 0, "")
+    return observation_now(None, _since_of(folder), _why_unknown(folder))
 
 
 def _why_unknown(folder):
