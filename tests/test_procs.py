@@ -48,14 +48,17 @@ def test_a_worker_started_in_the_background_is_killed_even_while_it_starts():
 
 def test_a_process_with_an_empty_environment_is_not_taken_and_costs_little():
     token = secrets.token_hex(8)
-    bare = subprocess.Popen(["/bin/sleep", "300"], env={}, stdin=subprocess.DEVNULL)
+    asleep = subprocess.Popen(["/bin/sleep", "300"], env={}, stdin=subprocess.DEVNULL)
+    busy = subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"], env={}, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: open(f"/proc/{bare.pid}/comm").read().strip() == "sleep", timeout=5)
+        for proc, name in ((asleep, "sleep"), (busy, "sh")):
+            wait_for(lambda p=proc, n=name: open(f"/proc/{p.pid}/comm").read().strip() == n, timeout=5)
         started = time.monotonic()
-        assert bare.pid not in procs.find_tree(None, token)
-        assert time.monotonic() - started < 2.0  # the re-reads are bounded (~60 ms of pauses)
+        assert not {asleep.pid, busy.pid} & procs.find_tree(None, token)
+        assert time.monotonic() - started < 2.0  # a running one is read again for ~60 ms at most
         assert procs.kill_tree(None, token)
-        assert bare.poll() is None  # not ours: left alone
+        assert asleep.poll() is None and busy.poll() is None  # not ours: left alone
     finally:
-        bare.kill()
-        bare.wait()
+        for proc in (asleep, busy):
+            proc.kill()
+            proc.wait()

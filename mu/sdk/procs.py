@@ -123,9 +123,9 @@ def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
 # environment is not yet laid out: its /proc environ reads empty although
 # the program it becomes carries the token.  Read as "no token", a kill
 # would miss a job's process caught mid-exec and report the job gone while
-# it lives on.  So an empty environment is read again, a few times over
-# ~60 ms, before it counts as one without the token; only processes whose
-# environment really is empty (rare: `env -i`) pay for the pauses.
+# it lives on.  So an empty environment of a process that is running (as
+# one in execve is) is read again, a few times over ~60 ms, before it
+# counts as one without the token; a process asleep is not in execve.
 _DOUBT_PAUSES_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032)
 
 
@@ -206,26 +206,28 @@ def _read(path: str) -> bytes:
 
 def _environ_has(pid: int, needle: bytes) -> Optional[bool]:
     """Whether process `pid`'s environment holds `needle`; None when it
-    reads empty from a live user process (maybe one caught in execve)."""
+    reads empty from a process that may be in execve just now."""
     try:
         environ = _read("/proc/%d/environ" % pid)
     except OSError:
         return False  # gone, or not ours to read
     if environ:
         return needle in (b"\0" + environ)
-    return None if _is_user_process(pid) else False
+    return None if _may_be_in_exec(pid) else False
 
 
-def _is_user_process(pid: int) -> bool:
-    """Alive, not a zombie, and not a kernel thread (whose environment is
-    always empty)."""
+def _may_be_in_exec(pid: int) -> bool:
+    """Running or in an uninterruptible wait (execve runs in the kernel: a
+    process in it is one of the two, reading its program at worst), and
+    not a kernel thread (whose environment is always empty).  A process
+    asleep with an empty environment has one: it is not read again."""
     try:
         stat = _read("/proc/%d/stat" % pid)
     except OSError:
         return False
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
-        return fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
+        return fields[0] in (b"R", b"D") and not int(fields[6]) & _PF_KTHREAD
     except (IndexError, ValueError):
         return False
 
