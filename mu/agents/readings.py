@@ -159,11 +159,11 @@ def job_status(clients: Clients, host: Optional[Host], job: Optional[Job]) -> Di
         return {"state": "unknown", "reason": e.message}
 
 
-def read(agent: Agent, clients: Clients, *, last_text: bool = True, records: Records = LIVE) -> AgentReading:
+def read(agent: Agent, clients: Clients, *, last_text: bool = True) -> AgentReading:
     """Read one agent: `job.status`, then its channel's reading and (with
     `last_text`) its last settled turn.  Never raises for a plugin that
     cannot answer: what could not be read is `unknown` with the reason."""
-    return read_all([agent], clients, last_text=last_text, records=records)[0]
+    return read_all([agent], clients, last_text=last_text)[0]
 
 
 class _Plan(NamedTuple):
