@@ -292,10 +292,10 @@ def test_a_warm_module_that_cannot_be_imported_breaks_nothing(start):
 def test_a_quick_handler_runs_on_the_reading_thread_and_the_rest_on_their_own(start):
     wire = start(SDKTEST)
     wire.initialize()
-    assert wire.call("test.quick", {})["result"] == {"main": True}
+    assert wire.call("test.quick", {})["result"] == {"main": True, "cancelled": False}
     assert wire.call("test.where", {})["result"] == {"main": False}
     assert_error(wire.call("test.quick", {"crash": True}), "permanent")  # its bug is a reply as any handler's
-    assert wire.call("test.quick", {})["result"] == {"main": True}  # and the loop goes on
+    assert wire.call("test.quick", {})["result"] == {"main": True, "cancelled": False}  # and the loop goes on
 
 
 def test_the_reading_threads_replies_go_out_together_before_it_waits_again():

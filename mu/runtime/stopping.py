@@ -111,8 +111,20 @@ def stop(process: Stoppable, reason: str) -> None:
             process._reader.stopping()
         if process._writer is not None:
             process._writer.close()
+        _flush_early(process)
         _wait_out(process, grace)
         _finish(process)
+
+
+def _flush_early(process: Stoppable) -> None:
+    """The journal's entries so far, written while the plugin, its stdin
+    closed, is ending (its interpreter's teardown takes about as long):
+    `_finish` then writes only the exit's own.  A failure here is `_finish`'s
+    to report: a flush that fails keeps its entries for the next."""
+    try:
+        process.journal.flush()
+    except Exception:
+        pass
 
 
 def _begin(process: Stoppable, reason: str, grace: Deadline) -> None:

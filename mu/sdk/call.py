@@ -51,9 +51,14 @@ class Call:
     from the params.  `cancelled` is a `threading.Event` set by mu's
     `$/cancel`, by `shutdown` and on stdin EOF; a long handler polls it or
     calls `check()`, or passes the call as ``cancel=`` to `run_command`.
+
+    A `quick` call (run on the thread that reads the wire, as is every
+    `$/cancel`) makes its Event only if it is asked for: hundreds of quick
+    reads in flight need none.
     """
 
-    def __init__(self, server: "Dispatcher", call_id: Any, name: str, params: Dict[str, Any]) -> None:
+    def __init__(self, server: "Dispatcher", call_id: Any, name: str, params: Dict[str, Any],
+                 quick: bool = False) -> None:
         self._server = server
         self.id = call_id
         self.method = name
@@ -62,8 +67,15 @@ class Call:
         self.target: Optional[Dict[str, Any]] = target if isinstance(target, dict) else None
         deadline = params.get("deadline")
         self.deadline: Optional[int] = deadline if is_int(deadline) else None
-        self.cancelled = threading.Event()
+        self._cancelled: Optional[threading.Event] = None if quick else threading.Event()
         self._watches: List[Watch] = []
+
+    @property
+    def cancelled(self) -> threading.Event:
+        event = self._cancelled
+        if event is None:  # a quick call's: only the reading thread gets here
+            event = self._cancelled = threading.Event()
+        return event
 
     def check(self) -> None:
         """Raise `Cancelled` if the call was cancelled."""

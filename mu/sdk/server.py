@@ -191,14 +191,15 @@ class Server:
     def start_call(self, call_id: Any, name: str, params: Dict[str, Any]) -> None:
         """Run a handler for a request in a thread of its own."""
         handler = getattr(self.plugin, self.handlers[name])
-        call = Call(self, call_id, name, params)
+        quick = name in self.quick
+        call = Call(self, call_id, name, params, quick)
         key = _id_key(call_id)
         with self._lock:
             if key in self._calls:
                 note("dropped a request reusing the id of a call in flight")
                 return
             self._calls[key] = call
-        if name in self.quick:
+        if quick:
             try:
                 self.run_call(call, handler)  # on the reading thread: it never waits
             except Exception as exc:  # a bug past the handler's own: the loop goes on
