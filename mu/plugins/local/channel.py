@@ -303,10 +303,11 @@ class ChannelSeam:
         """The job folder the call's target names, and its job.json;
         `permanent` when there is none (its host or its job is gone)."""
         host = self._host_target(call)
-        home = self._host_folder_of(host)
+        home = self._host_folder_of(host, look=False)  # looked at below, if the job's record is not there
         folder, key = job_folder(home, host["handle"], call)
         job = read_kept(os.path.join(folder, JOB_FILE))
         if not job or job.get("key") != key:
+            self._host_folder_of(host)  # a host whose folder is gone says so first
             raise sdk.Permanent("host %s has no job with key %s" % (host["handle"], key))
         asked = demo_turns.asked_agent(call.target)
         agent = _job_agent(job, call)

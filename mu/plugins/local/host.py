@@ -186,7 +186,10 @@ class HostSeam:
         is unchanged (files.read_kept)."""
         return read_kept(self._host_record_path(handle))
 
-    def _host_folder_of(self, host):
+    def _host_folder_of(self, host, look=True):
+        """The host's folder; `permanent` when the host is not there.
+        Without `look` the folder is not looked at (a caller about to read
+        a file inside it, which would find it gone, looks then)."""
         handle = handle_of(host)
         record = self._host_record_seen(handle)
         if record is None:
@@ -194,7 +197,7 @@ class HostSeam:
         if record.get("released"):
             raise sdk.Permanent("host %s was released" % handle)
         folder = record.get("folder")
-        if not isinstance(folder, str) or not os.path.isdir(folder):
+        if not isinstance(folder, str) or (look and not os.path.isdir(folder)):
             raise sdk.Permanent("host %s is gone: %s no longer exists" % (handle, folder))
         return folder
 

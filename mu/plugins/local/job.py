@@ -143,11 +143,13 @@ class JobSeam:
         handle = handle_of(host)
         record = self._host_record_seen(handle)
         home = record.get("folder") if record else None
-        if not record or record.get("released") or not isinstance(home, str) or not os.path.isdir(home):
+        if not record or record.get("released") or not isinstance(home, str):
             return {"state": "lost", "reason": "its host %s is gone" % handle}
         folder, key = job_folder(home, handle, call)
-        job = read_kept(os.path.join(folder, JOB_FILE))
+        job = read_kept(os.path.join(folder, JOB_FILE))  # inside the host's folder: there, so is the folder
         if job is None:
+            if not os.path.isdir(home):
+                return {"state": "lost", "reason": "its host %s is gone" % handle}
             return {"state": "lost", "reason": "host %s has no job with key %s" % (handle, key)}
         return job_state(folder, job)
 
