@@ -89,7 +89,13 @@ def never_had_children() -> bool:
 
 def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
     """The live processes of a run: `root` and its descendants, and every
-    process whose environment carries `token`; never the caller."""
+    process whose environment carries `token`; never the caller.
+
+    Without a `root` on Linux, the table of every process's stat (the
+    costlier read of the two) is not made: each environment is read, and
+    only the processes found are looked at again for their state."""
+    if root is None and token is not None and os.path.isdir("/proc"):
+        return _by_token(token)
     table = processes()
     me = os.getpid()
     found: Set[int] = set()
@@ -117,6 +123,46 @@ def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
         if in_doubt:
             found.update(_settle_doubts(in_doubt, needle))
     return {pid for pid in found if pid != me and table.get(pid, (0, 0, "Z"))[2] not in "ZX"}
+
+
+def _by_token(token: str) -> Set[int]:
+    """`find_tree(None, token)` on Linux: every live process whose
+    environment carries the token, the caller aside."""
+    needle = ("%s=%s\0" % (TOKEN_VAR, token)).encode()
+    me = os.getpid()
+    found: Set[int] = set()
+    in_doubt = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        has = _environ_has(int(name), needle)  # a zombie's reads empty, and it is asleep: False
+        if has:
+            found.add(int(name))
+        elif has is None:
+            in_doubt.append(int(name))
+    if in_doubt:
+        found.update(_settle_doubts(in_doubt, needle))
+    return {pid for pid in found if _state(pid) not in "ZX"}
+
+
+def _state(pid: int) -> str:
+    """The process's state letter ("X" once it is gone)."""
+    fields = _stat_fields(pid)
+    return fields[0].decode() if fields else "X"
+
+
+def _stat_fields(pid: int) -> List[bytes]:
+    """/proc/<pid>/stat's fields after the command's name (whose
+    parentheses may hold spaces and parentheses); [] once it is gone."""
+    try:
+        stat = _read("/proc/%d/stat" % pid)
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2:].split()
 
 
 # A process in execve has, for a moment, a new address space whose
@@ -159,12 +205,7 @@ def processes() -> Dict[int, Tuple[int, int, str]]:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            stat = _read("/proc/%s/stat" % name)
-        except OSError:
-            continue  # it exited while we looked
-        # the command name may hold spaces and parentheses: split after the last ")"
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = _stat_fields(int(name))  # [] if it exited while we looked
         try:
             table[int(name)] = (int(fields[1]), int(fields[2]), fields[0].decode())
         except (IndexError, ValueError):
@@ -221,11 +262,7 @@ def _may_be_in_exec(pid: int) -> bool:
     process in it is one of the two, reading its program at worst), and
     not a kernel thread (whose environment is always empty).  A process
     asleep with an empty environment has one: it is not read again."""
-    try:
-        stat = _read("/proc/%d/stat" % pid)
-    except OSError:
-        return False
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = _stat_fields(pid)
     try:
         return fields[0] in (b"R", b"D") and not int(fields[6]) & _PF_KTHREAD
     except (IndexError, ValueError):
