@@ -90,9 +90,8 @@ def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError("module 'mu.sdk' has no attribute %r" % name)
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
+    # __import__ with a fromlist is the module itself (importlib would import `warnings`)
+    value = getattr(__import__(module, fromlist=(name,)), name)
     globals()[name] = value
     return value
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import _thread
 import errno
 import os
-import selectors
+import select
 import time
 
 from mu import spawning
@@ -249,26 +249,27 @@ class _Capture:
 
 
 def _pump(proc: _Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
-    """Read both pipes until both close; "timeout" or "cancel" if cut short."""
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    try:
-        while selector.get_map():
-            wait = _next_wait(end, event)
-            if wait is not None and wait <= 0:
-                return "timeout"
-            for key, _mask in selector.select(wait):
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    streams[key.fd].add(chunk)
-                else:
-                    selector.unregister(key.fd)
-            if event is not None and event.is_set():
-                return "cancel"
-        return None
-    finally:
-        selector.close()
+    """Read both pipes until both close; "timeout" or "cancel" if cut short.
+    `select.poll` itself, not `selectors` (whose import is a millisecond of
+    a plugin's first command)."""
+    poller = select.poll()
+    open_fds = set(streams)
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN)
+    while open_fds:
+        wait = _next_wait(end, event)
+        if wait is not None and wait <= 0:
+            return "timeout"
+        for fd, _event in poller.poll(None if wait is None else wait * 1000):
+            chunk = os.read(fd, 65536)
+            if chunk:
+                streams[fd].add(chunk)
+            else:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+        if event is not None and event.is_set():
+            return "cancel"
+    return None
 
 
 def _wait(proc: _Child, end: Optional[float], event: Any) -> Optional[str]:
@@ -298,22 +299,21 @@ def _next_wait(end: Optional[float], event: Any) -> Optional[float]:
 
 def _drain_now(streams: Dict[int, _Capture]) -> None:
     """Keep what is already in the pipes once every writer is gone."""
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    try:
-        while selector.get_map():
-            ready = selector.select(0)
-            if not ready:
-                return  # a writer we could not kill still holds it open
-            for key, _mask in ready:
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    streams[key.fd].add(chunk)
-                else:
-                    selector.unregister(key.fd)
-    finally:
-        selector.close()
+    poller = select.poll()
+    open_fds = set(streams)
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN)
+    while open_fds:
+        ready = poller.poll(0)
+        if not ready:
+            return  # a writer we could not kill still holds it open
+        for fd, _event in ready:
+            chunk = os.read(fd, 65536)
+            if chunk:
+                streams[fd].add(chunk)
+            else:
+                poller.unregister(fd)
+                open_fds.discard(fd)
 
 
 def _exit_code(returncode: int) -> int:
