@@ -218,6 +218,12 @@ def _jsonschema():
     return jsonschema
 
 
+def ready() -> None:
+    """Load the schema now (a verb that will check replies calls it while
+    it waits for something else)."""
+    _schema()
+
+
 @_remembered
 def _schema() -> dict:
     from mu import jsontext
