@@ -42,7 +42,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from mu import environment
+from mu import environment, filebytes
 from mu.contract.registry import Fail, Skip, check, same_json
 from mu.deadline import GRACE_S
 
@@ -325,15 +325,8 @@ def _carrying(value: str) -> List[int]:
     """Live processes on this machine whose environment holds the job's
     `MU_CONTRACT_JOB` value (none off Linux: there is no /proc to read)."""
     needle = f"\0{JOB_VAR}={value}\0".encode()
-    me = os.getpid()
     found = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
+    for name in filebytes.other_pids():
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read()

@@ -19,6 +19,8 @@ import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
 import time
 
+from mu import filebytes
+
 # Imported before a verb spawns its plugin (mu.runtime.prestart): `typing`
 # for a checker only.
 TYPE_CHECKING = False
@@ -137,7 +139,7 @@ def start_time(pid: int, zombies: bool = False) -> Optional[float]:
     needs no psutil, whose import is milliseconds of every verb that reads
     an agent (issue 31).  Elsewhere psutil says."""
     try:
-        stat = _read_small(f"/proc/{pid}/stat")  # a list reads one per agent's pane: no file object
+        stat = filebytes.read(f"/proc/{pid}/stat")  # a list reads one per agent's pane: no file object
     except (FileNotFoundError, ProcessLookupError):
         return None if os.path.isdir("/proc/self") else _psutil_start_time(pid, zombies)
     except OSError:
@@ -155,15 +157,6 @@ def start_time(pid: int, zombies: bool = False) -> Optional[float]:
         return ticks / _clock_ticks() + _boot_time()
     except OSError:  # a /proc without the boot time
         return _psutil_start_time(pid, zombies)
-
-
-def _read_small(path: str) -> bytes:
-    """A /proc file of one line, read whole (it fits one read)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, 4096)
-    finally:
-        os.close(fd)
 
 
 _boot: List[float] = []

@@ -248,25 +248,40 @@ class _Capture:
         return b"".join(self.chunks).decode("utf-8", "replace")
 
 
+class _Pipes:
+    """The command's output pipes, each read into its capture as it becomes
+    ready, until it closes.  `select.poll` itself, not `selectors` (whose
+    import is a millisecond of a plugin's first command)."""
+
+    def __init__(self, streams: Dict[int, _Capture]) -> None:
+        self.streams = streams
+        self.open = set(streams)
+        self._poller = select.poll()
+        for fd in self.open:
+            self._poller.register(fd, select.POLLIN)
+
+    def read_ready(self, wait: Optional[float]) -> bool:
+        """Read what is ready within `wait` seconds (None: until something
+        is); False when nothing was."""
+        ready = self._poller.poll(None if wait is None else wait * 1000)
+        for fd, _event in ready:
+            chunk = os.read(fd, 65536)
+            if chunk:
+                self.streams[fd].add(chunk)
+            else:
+                self._poller.unregister(fd)
+                self.open.discard(fd)
+        return bool(ready)
+
+
 def _pump(proc: _Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
-    """Read both pipes until both close; "timeout" or "cancel" if cut short.
-    `select.poll` itself, not `selectors` (whose import is a millisecond of
-    a plugin's first command)."""
-    poller = select.poll()
-    open_fds = set(streams)
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
-    while open_fds:
+    """Read both pipes until both close; "timeout" or "cancel" if cut short."""
+    pipes = _Pipes(streams)
+    while pipes.open:
         wait = _next_wait(end, event)
         if wait is not None and wait <= 0:
             return "timeout"
-        for fd, _event in poller.poll(None if wait is None else wait * 1000):
-            chunk = os.read(fd, 65536)
-            if chunk:
-                streams[fd].add(chunk)
-            else:
-                poller.unregister(fd)
-                open_fds.discard(fd)
+        pipes.read_ready(wait)
         if event is not None and event.is_set():
             return "cancel"
     return None
@@ -298,22 +313,11 @@ def _next_wait(end: Optional[float], event: Any) -> Optional[float]:
 
 
 def _drain_now(streams: Dict[int, _Capture]) -> None:
-    """Keep what is already in the pipes once every writer is gone."""
-    poller = select.poll()
-    open_fds = set(streams)
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
-    while open_fds:
-        ready = poller.poll(0)
-        if not ready:
-            return  # a writer we could not kill still holds it open
-        for fd, _event in ready:
-            chunk = os.read(fd, 65536)
-            if chunk:
-                streams[fd].add(chunk)
-            else:
-                poller.unregister(fd)
-                open_fds.discard(fd)
+    """Keep what is already in the pipes once every writer is gone (a writer
+    we could not kill may still hold one open: nothing more is waited for)."""
+    pipes = _Pipes(streams)
+    while pipes.open and pipes.read_ready(0):
+        pass
 
 
 def _exit_code(returncode: int) -> int:

@@ -30,6 +30,8 @@ import _signal  # `signal`'s core, built in: `signal` itself imports `enum`
 import os
 import time
 
+from mu import filebytes
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Set, Tuple
@@ -80,7 +82,7 @@ def never_had_children() -> bool:
     try:
         tasks = os.listdir("/proc/self/task")
         for task in tasks:
-            if _read("/proc/self/task/%s/children" % task).strip():
+            if filebytes.read("/proc/self/task/%s/children" % task).strip():
                 return False
     except OSError:
         return False  # no /proc, or a kernel without the children lists
@@ -111,42 +113,40 @@ def find_tree(root: Optional[int], token: Optional[str]) -> Set[int]:
             found.add(pid)
             todo.extend(children.get(pid, ()))
     if token is not None and os.path.isdir("/proc"):
-        needle = ("%s=%s\0" % (TOKEN_VAR, token)).encode()
-        in_doubt = []
-        for pid in table:
-            if pid not in found and pid != me and table[pid][2] not in "ZX":
-                has = _environ_has(pid, needle)
-                if has:
-                    found.add(pid)
-                elif has is None:
-                    in_doubt.append(pid)
-        if in_doubt:
-            found.update(_settle_doubts(in_doubt, needle))
+        found |= _carrying(token, [pid for pid, (_ppid, _group, state) in table.items()
+                                   if pid not in found and pid != me and state not in "ZX"])
     return {pid for pid in found if pid != me and table.get(pid, (0, 0, "Z"))[2] not in "ZX"}
 
 
 def _by_token(token: str) -> Set[int]:
     """`find_tree(None, token)` on Linux: every live process whose
-    environment carries the token, the caller aside."""
+    environment carries the token, the caller aside (a zombie's environment
+    reads empty, and it is not running: it is not among them)."""
+    return {pid for pid in _carrying(token, filebytes.other_pids()) if _state(pid) not in "ZX"}
+
+
+def _carrying(token: str, pids: List[int]) -> Set[int]:
+    """Those of `pids` whose environment carries the token, an empty one
+    that may be a process in execve read again (`_settle_doubts`)."""
     needle = ("%s=%s\0" % (TOKEN_VAR, token)).encode()
-    me = os.getpid()
-    found: Set[int] = set()
-    in_doubt = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        has = _environ_has(int(name), needle)  # a zombie's reads empty, and it is asleep: False
-        if has:
-            found.add(int(name))
-        elif has is None:
-            in_doubt.append(int(name))
+    found, in_doubt = _sort_out(pids, needle)
     if in_doubt:
         found.update(_settle_doubts(in_doubt, needle))
-    return {pid for pid in found if _state(pid) not in "ZX"}
+    return found
+
+
+def _sort_out(pids: List[int], needle: bytes) -> Tuple[Set[int], List[int]]:
+    """`pids` read once: those whose environment holds `needle`, and those
+    whose environment read empty while they may be in execve."""
+    carrying: Set[int] = set()
+    in_doubt = []
+    for pid in pids:
+        has = _environ_has(pid, needle)
+        if has:
+            carrying.add(pid)
+        elif has is None:
+            in_doubt.append(pid)
+    return carrying, in_doubt
 
 
 def _state(pid: int) -> str:
@@ -159,7 +159,7 @@ def _stat_fields(pid: int) -> List[bytes]:
     """/proc/<pid>/stat's fields after the command's name (whose
     parentheses may hold spaces and parentheses); [] once it is gone."""
     try:
-        stat = _read("/proc/%d/stat" % pid)
+        stat = filebytes.read("/proc/%d/stat" % pid)
     except OSError:
         return []
     return stat[stat.rfind(b")") + 2:].split()
@@ -184,14 +184,8 @@ def _settle_doubts(pids: List[int], needle: bytes) -> Set[int]:
         if not pids:
             break
         time.sleep(pause)
-        still = []
-        for pid in pids:
-            has = _environ_has(pid, needle)
-            if has:
-                carrying.add(pid)
-            elif has is None:
-                still.append(pid)
-        pids = still
+        found, pids = _sort_out(pids, needle)
+        carrying |= found
     return carrying
 
 
@@ -230,26 +224,11 @@ def _processes_from_ps() -> Dict[int, Tuple[int, int, str]]:
     return table
 
 
-def _read(path: str) -> bytes:
-    """A small /proc file's bytes, without the cost of a buffered file object
-    (the table is read on every plugin's exit)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
 def _environ_has(pid: int, needle: bytes) -> Optional[bool]:
     """Whether process `pid`'s environment holds `needle`; None when it
     reads empty from a process that may be in execve just now."""
     try:
-        environ = _read("/proc/%d/environ" % pid)
+        environ = filebytes.read("/proc/%d/environ" % pid)
     except OSError:
         return False  # gone, or not ours to read
     if environ:

@@ -13,7 +13,7 @@ Folders are made mode 0700.
 import os
 import time
 
-from mu import jsontext
+from mu import filebytes, jsontext
 
 
 def ensure_dir(path: str) -> None:
@@ -24,7 +24,7 @@ def read_json(path: str) -> "dict | None":
     """The JSON record at `path`; None when there is none, {} when it
     cannot be read (records are replaced whole, so that is damage)."""
     try:
-        value = jsontext.loads(_read_bytes(path).decode("utf-8"))
+        value = jsontext.loads(filebytes.read(path).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -62,20 +62,6 @@ def read_kept(path: str) -> "dict | None":
     return dict(kept[1])
 
 
-def _read_bytes(path: str) -> bytes:
-    """The file's bytes, read without a file object: a read of many agents
-    reads a few records for each one, and the buffered file object was a
-    third of each record's cost."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 def _temp_json(path, value):
