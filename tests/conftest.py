@@ -35,6 +35,18 @@ from mu.runtime import groups  # noqa: E402
 
 groups.become_subreaper()
 
+# A suite started under `nohup`, or as a background job of a shell without
+# job control, inherits SIGHUP (and SIGINT, SIGQUIT) ignored, and an ignored
+# signal stays ignored through every exec: a `sh` a test starts could then
+# not trap the hangup a killed tmux session sends, nor die of it.  The tests
+# are about mu, not about how the suite was started: they run with the
+# signals' own defaults.
+for _signum in (signal.SIGHUP, signal.SIGQUIT):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 #: Files whose module-scoped fixture does the work of all their tests (the
 #: hostile corpus runs once, for every test that reads its outcomes): under
