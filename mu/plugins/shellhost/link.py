@@ -125,7 +125,7 @@ class LinkSeam:
         end = time.monotonic() + _timeout(params) / 1000.0
         conn = self._connection(call, end)
         try:
-            said = (conn.op(remote.ENSURE_REPO, [remote_repo, rev], end, call, acts=True) or [""])[0]
+            said = _ensure_repo(conn, remote_repo, rev, end, call)
         except sdk.UnknownOutcome as exc:
             if time.monotonic() >= end:
                 return _answer(None, "", "", False)
@@ -140,6 +140,26 @@ class LinkSeam:
         with conn.session(end, call):
             ran = runner.run(argv, end=end, cancel=call, env=_git_env(conn), cwd=local)
         return _git_answer(conn, ran, token, call)
+
+
+ENSURE_TRIES = 3
+
+
+def _ensure_repo(conn: Connection, remote_repo: str, rev: str, end: float, call: Any) -> str:
+    """The host's answer to `remote.ENSURE_REPO`: held, made, exists or
+    fail <why>.  The program always prints one of them, so a run that
+    ended well but printed nothing lost its output on the way (seen with
+    `kubectl exec` under load); it makes or finds the repository the same
+    however often it runs, so it is asked again, `ENSURE_TRIES` times at
+    most.  `UnknownOutcome` when no answer came: it may have made the
+    repository."""
+    for _ in range(ENSURE_TRIES):
+        lines = conn.op(remote.ENSURE_REPO, [remote_repo, rev], end, call, acts=True)
+        if lines and lines[0]:
+            return lines[0]
+        if time.monotonic() >= end:
+            break
+    raise sdk.UnknownOutcome("the host gave no answer to the check of repository %s" % remote_repo)
 
 
 def reach_steps(lines: List[str], names: Sequence[str]) -> List[Dict[str, Any]]:
