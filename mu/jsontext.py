@@ -64,7 +64,9 @@ def scanner(constants: bool = True) -> Any:
     own (`mu.rpc.framing`): called as ``scan(text, index)``, it gives the
     value starting at `index` and the index after it, and raises
     StopIteration when no value starts there; None where `_json` is
-    missing."""
+    missing.  A fault inside a value raises ValueError, or SystemError
+    while `json` is not imported yet (see `loads`): a caller that sees
+    either asks `loads` for the verdict."""
     if make_scanner is None:
         return None
     return _scan if constants else _scan_strict
@@ -86,6 +88,15 @@ def loads(text: str, *, constants: bool = True) -> Any:
         value, end = (_scan if constants else _scan_strict)(text, start)
     except StopIteration as stop:
         raise _decode_error("Expecting value", text, stop.value) from None
+    except SystemError:
+        # A fault inside a value: `_json` reports it as json.decoder's
+        # JSONDecodeError, which it looks for in sys.modules only, and
+        # before `json` is imported it finds none and fails so.  `json`
+        # itself says what is wrong (and, imported, lets `_json` say it
+        # from then on).
+        import json
+
+        return json.loads(text, parse_constant=None if constants else _refuse_constant)
     end = _skip_space(text, end)
     if end != len(text):
         raise _decode_error("Extra data", text, end)

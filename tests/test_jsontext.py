@@ -117,3 +117,28 @@ def test_an_encoder_made_once_meets_a_cycle_with_a_recursion_error():
     with pytest.raises(RecursionError):
         jsontext.encoder()(cycle)
     assert jsontext.encoder()([[1], [1]]) == "[[1], [1]]"
+
+
+def test_a_fault_inside_a_value_is_a_value_error_before_json_is_imported():
+    # `_json` reports a fault inside a value with json.decoder's error class,
+    # which it looks for only among the modules already imported; mu and its
+    # plugins import no `json`, so the first such fault must still be a
+    # ValueError (and a FramingError on the wire), never a SystemError
+    code = (
+        "import sys\n"
+        "from mu import jsontext\n"
+        "from mu.rpc import framing\n"
+        "assert 'json' not in sys.modules\n"
+        "for text in ('{not json', '{\"a\": {bad}}', '[1,2', '{\"a\":\"\\\\x\"}'):\n"
+        "    for check in (jsontext.loads, lambda t: framing.decode(t.encode())):\n"
+        "        try:\n"
+        "            check(text)\n"
+        "        except ValueError as e:\n"
+        "            print(type(e).__name__)\n"
+        "        except framing.FramingError:\n"
+        "            print('FramingError')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["JSONDecodeError", "FramingError"] * 4

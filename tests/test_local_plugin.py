@@ -357,6 +357,16 @@ def test_exec_reports_exit_code_stdout_and_stderr(local):
         assert local.call("link.exec", target=target, script="pwd", cwd=cwd, timeoutMs=5000)["stdout"] == home + "/sub\n"
 
 
+def test_a_damaged_host_record_is_a_host_gone_not_a_crash(local):
+    # a record that is not JSON reads as damage ({}), in a plugin that never
+    # imported `json` (mu.jsontext: no SystemError from `_json`)
+    handle = local.acquire("host-1")["handle"]
+    (local.root / "handles" / (handle + ".json")).write_text("{not json\n")
+    with pytest.raises(Permanent, match="is gone"):
+        local.call("link.exec", target=local.host(handle), script="true", cwd=".", timeoutMs=5000)
+    assert local.call("job.status", target=local.job(handle, "job-x"))["state"] == "lost"
+
+
 def test_exec_refuses_a_cwd_outside_its_host_and_a_host_it_did_not_make(local):
     handle = local.acquire("host-1")["handle"]
     marker = local.root / "ran"

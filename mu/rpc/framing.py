@@ -105,8 +105,8 @@ def decode_line(data: bytes) -> Dict[str, Any]:
             value, end = _C_SCAN(text, 0)
             if end == len(text) - 1 and type(value) is dict and not deeper_than(text):
                 return value
-        except (StopIteration, ValueError, RecursionError):
-            pass
+        except (StopIteration, ValueError, SystemError, RecursionError):
+            pass  # SystemError: a fault _json reports before `json` is imported (jsontext.loads)
     return decode(data[:-1])  # anything else: the general path and its verdict
 
 
@@ -119,8 +119,8 @@ def _decode_text(text: str) -> Any:
             value, end = _C_SCAN(text, 0)
             if end == len(text):
                 return value
-        except (StopIteration, ValueError):
-            pass
+        except (StopIteration, ValueError, SystemError):
+            pass  # SystemError: a fault _json reports before `json` is imported (jsontext.loads)
         except RecursionError:
             raise FramingError(_TOO_DEEP) from None
     try:
