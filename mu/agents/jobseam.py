@@ -19,12 +19,16 @@ from mu.effects.engine import Resolver
 from mu.effects.resolve import Outcomes
 from mu.effects.resolve import resolve as resolve_by_rule
 from mu.errors import Refused, UnknownOutcome
+from mu.lazy import Lazy
 from mu.runtime import groups, identity
 from mu.runtime.client import PluginClient
 from mu.schema import result_problem
 from mu.store import agents, db, deliveries, intents, jobs, plugins
 from mu.store.hosts import Host
 from mu.store.jobs import Job
+
+# imported when a job's end gives a task back: a read of agents needs none of it (issue 31)
+tasks = Lazy("mu.store.tasks")
 
 # `typing` for a checker only: its import is milliseconds of every verb that
 # calls a plugin (issue 31)
@@ -113,14 +117,6 @@ def record_start(conn: sqlite3.Connection, job: Job, result: Any) -> None:
         deliveries.accept(conn, job.first_msg_id, runs=0, incarnation=None if inc is None else int(inc), ack=None)
 
 
-def _tasks() -> Any:
-    """mu.store.tasks, imported when a job's end gives a task back: a read
-    of agents needs none of it (issue 31)."""
-    from mu.store import tasks
-
-    return tasks
-
-
 def _remove(conn: sqlite3.Connection, job: Job) -> None:
     """The job is gone (or never was): its record and its agent row go.
     A spawn that never finished (no row, or a placeholder with no pane)
@@ -129,7 +125,7 @@ def _remove(conn: sqlite3.Connection, job: Job) -> None:
         workstream, _, name = job.agent.partition("/")
         row = agents.find(workstream, name, conn)
         if row is None or row.pane is None:
-            _tasks().release_claim(conn, job.agent)
+            tasks.release_claim(conn, job.agent)
         agents.delete(conn, workstream, name)
     jobs.delete(conn, job.token)
 
@@ -240,7 +236,7 @@ def stop(client: PluginClient, host: Host, job: Job, *, failed_spawn: bool = Fal
 
     def gone(conn: sqlite3.Connection, _: Any) -> None:
         if failed_spawn and job.agent:
-            _tasks().release_claim(conn, job.agent)
+            tasks.release_claim(conn, job.agent)
         _remove(conn, job)
 
     engine.perform(
