@@ -262,3 +262,31 @@ def test_more_calls_at_once_than_a_connection_carries(box):
     got = {i: (r["exitCode"], r["stdout"], r["stderr"]) for i, r in results.items()}
     assert got == {i: (0, f"{i}\n", "") for i in range(14)}
     assert [(proc.returncode, out) for proc, (out, _err) in zip(others, outs)] == [(0, f"other-{n}\n") for n in range(3)]
+
+
+def test_an_exec_imports_neither_subprocess_nor_selectors(sshd):  # noqa: F811
+    # issue 31: every ssh (the check for the user's master, the plugin's
+    # own master, the run itself) is started by posix_spawn and read with
+    # select.poll, so a first call pays for no import heavier than its ssh
+    import json
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", *sshd.plugin_argv()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    calls = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol": {"min": 1, "max": 1}}},
+             {"jsonrpc": "2.0", "id": 2, "method": "link.exec",
+              "params": {"script": "echo ran", "cwd": ".", "target": {"host": {"name": "box"}}, "timeoutMs": 20000}}]
+    try:
+        for call in calls:
+            proc.stdin.write((json.dumps(call) + "\n").encode())
+            proc.stdin.flush()
+            answer = json.loads(proc.stdout.readline())
+            assert "result" in answer, answer
+        assert answer["result"]["exitCode"] == 0 and answer["result"]["stdout"] == "ran\n"
+    finally:
+        proc.stdin.close()
+        profile = proc.stderr.read().decode()
+        proc.wait(timeout=30)
+    names = {line.rsplit("|", 1)[1].strip() for line in profile.splitlines() if line.startswith("import time:")}
+    assert "mu.plugins.shellhost.runner" in names  # the profile was read
+    assert {"subprocess", "selectors"} & names == set()

@@ -30,7 +30,7 @@ from mu.sdk.procs import TOKEN_VAR, kill_tree
 
 TYPE_CHECKING = False  # typing stays off a plugin's first call
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 DEFAULT_OUTPUT_LIMIT = 256 * 1024  # bytes per stream; a reply must fit in 1 MiB
 _CANCEL_POLL_S = 0.05
@@ -89,7 +89,7 @@ def run_command(command: Union[str, Sequence[str]], cwd: Optional[str] = None, t
     child_env = dict(os.environ if env is None else env)
     child_env[TOKEN_VAR] = token
     end = None if timeout_ms is None else time.monotonic() + max(0, timeout_ms) / 1000.0
-    proc = _Child.start(argv, cwd, child_env)
+    proc = Child.start(argv, cwd, child_env)
     with _live_lock:
         _live[token] = proc.pid
     out = _Capture(output_limit)
@@ -132,23 +132,30 @@ def kill_running_commands() -> None:
 _IN_FOLDER = 'cd -- "$1" || exit 126\nshift\nexec "$@"'
 
 
-class _Child:
+class Child:
     """A command's process, started by `os.posix_spawn` (`subprocess`'s
     import would cost a plugin's first command more than the command):
-    stdin from /dev/null, stdout and stderr to pipes, nothing else of the
-    plugin's, and in the plugin's own group (protocol "Process": no new
-    session, no group of its own)."""
+    stdout and stderr to pipes, stdin from /dev/null or a pipe of its own,
+    nothing else of the plugin's, and in the plugin's own group (protocol
+    "Process": no new session, no group of its own).  `run_command` runs
+    one; a plugin that feeds its commands (mu.plugins.shellhost.runner)
+    starts its own with `stdin=True`.  `in_fd` (the write end of the
+    child's stdin, or None), `out_fd` and `err_fd` are the caller's to
+    close, with `close`."""
 
-    def __init__(self, pid: int, out_fd: int, err_fd: int) -> None:
+    def __init__(self, pid: int, out_fd: int, err_fd: int, in_fd: Optional[int] = None) -> None:
         self.pid = pid
         self.out_fd = out_fd
         self.err_fd = err_fd
+        self.in_fd = in_fd
         self.returncode: Optional[int] = None
 
     @classmethod
-    def start(cls, argv: List[str], cwd: Optional[str], env: Dict[str, str]) -> "_Child":
+    def start(cls, argv: List[str], cwd: Optional[str], env: Dict[str, str], stdin: bool = False) -> "Child":
         """Start `argv` in `cwd`; `Permanent` when it cannot start (no such
-        program or folder), worded as before: the program, the folder, why."""
+        program or folder), worded as before: the program, the folder, why.
+        With `stdin`, the child reads a pipe whose write end is `in_fd`
+        (left blocking: the caller sets it as it needs)."""
         program, why = _program(argv[0], cwd, env)
         if why:
             raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", why))
@@ -158,19 +165,23 @@ class _Child:
             program, why = _program("sh", None, env)
             if why:
                 raise Permanent("cannot start sh in %s: %s" % (cwd, why))
-        ends = spawning.pipes(2)
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        theirs = (null, ends[1], ends[3])
+        ends = spawning.pipes(3 if stdin else 2)
+        if stdin:
+            ours: Tuple[int, ...] = (ends[0], ends[2], ends[5])
+            theirs: Tuple[int, ...] = (ends[4], ends[1], ends[3])
+        else:
+            ours = (ends[0], ends[2])
+            theirs = (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), ends[1], ends[3])
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(theirs)]
         actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in spawning.inherited()]  # close_fds
         try:
             pid = os.posix_spawn(program, run, env, file_actions=actions, setsigdef=spawning.restored())
         except OSError as exc:
-            spawning.close((ends[0], ends[2]))
+            spawning.close(ours)
             raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", exc.strerror or exc)) from exc
         finally:
             spawning.close(theirs)
-        return cls(pid, ends[0], ends[2])
+        return cls(pid, *ours)
 
     def poll(self) -> Optional[int]:
         """The exit status (negative for a signal) once it exited, reaped;
@@ -199,7 +210,18 @@ class _Child:
         return True
 
     def close(self) -> None:
-        spawning.close((self.out_fd, self.err_fd))
+        """Close what is left open of the caller's ends of the pipes (once:
+        a second call closes nothing, not even a number since reused)."""
+        self.close_stdin()
+        if self.out_fd >= 0:
+            spawning.close((self.out_fd, self.err_fd))
+            self.out_fd = self.err_fd = -1
+
+    def close_stdin(self) -> None:
+        """Close the child's stdin (it reads EOF); nothing when it is closed."""
+        if self.in_fd is not None:
+            spawning.close((self.in_fd,))
+            self.in_fd = None
 
 
 def _program(name: str, cwd: Optional[str], env: Dict[str, str]) -> "tuple[str, str]":
@@ -274,7 +296,7 @@ class _Pipes:
         return bool(ready)
 
 
-def _pump(proc: _Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
+def _pump(proc: Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
     """Read both pipes until both close; "timeout" or "cancel" if cut short."""
     pipes = _Pipes(streams)
     while pipes.open:
@@ -287,7 +309,7 @@ def _pump(proc: _Child, streams: Dict[int, _Capture], end: Optional[float], even
     return None
 
 
-def _wait(proc: _Child, end: Optional[float], event: Any) -> Optional[str]:
+def _wait(proc: Child, end: Optional[float], event: Any) -> Optional[str]:
     """Both pipes closed; wait for the first process itself to exit."""
     while True:
         wait = _next_wait(end, event)

@@ -29,7 +29,9 @@ PRELUDE = r'''
 W=$1; shift
 case $W in /*) ;; *) W=${HOME:?HOME is not set on the host}/$W ;; esac
 mu_left() {
-  grep -l -a -s -F -e "$1=$2" /proc/[0-9]*/environ 2>/dev/null | sed -n 's,^/proc/\([0-9]*\)/environ$,\1,p'
+  for mu_f in $(grep -l -a -s -F -e "$1=$2" /proc/[0-9]*/environ 2>/dev/null); do
+    mu_f=${mu_f#/proc/}; printf '%s\n' "${mu_f%/environ}"
+  done
 }
 mu_sweep() {
   mu_n=0
@@ -55,7 +57,7 @@ mu_sweep() {
 EXEC = PRELUDE + r'''
 n=$1; tok=$2; secs=$3; cwd=$4
 mark() { printf '\036mu-ssh:%s:%s\n' "$tok" "$1" >&2; }
-mkdir -p -- "$W/runs" 2>/dev/null || { mark "fail:cannot make the work folder $W"; exit 0; }
+[ -d "$W/runs" ] || mkdir -p -- "$W/runs" 2>/dev/null || { mark "fail:cannot make the work folder $W"; exit 0; }
 f=$W/runs/$tok.sh
 printf '%s' "$$" > "$W/runs/$tok.pid"
 head -c "$n" > "$f" 2>/dev/null || { rm -f -- "$f" "$W/runs/$tok.pid"; mark "fail:cannot write in $W/runs"; exit 0; }
@@ -78,10 +80,10 @@ t=$!
 exec 3<&-
 wait "$pid"
 code=$?
+rm -f -- "$f" "$W/runs/$tok.pid" &
 kill_run || left=1
 kill "$w" "$t" 2>/dev/null
 wait
-rm -f -- "$f" "$W/runs/$tok.pid"
 mark "exit:$code${left:+:left}"
 exit 0
 '''

@@ -15,21 +15,24 @@ of it outlives the call.  The child stays in the plugin's process group
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections import namedtuple
 
-from mu.sdk.errors import Permanent
+from mu.sdk.command import Child
 
-# subprocess and selectors are imported by `run`, the first call that
-# needs them: a plugin's start to its handshake needs neither (issue 31).
+# The child is started by `os.posix_spawn` (mu.sdk.command.Child) and its
+# pipes read with `select.poll`: `subprocess` and `selectors` would cost a
+# plugin's first call more to import than an ssh takes to run (issue 31).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
 _TICK_S = 0.05  # how soon a cancel is seen
+_CHUNK = 65536
+_CLOSED = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 class Ran(namedtuple("Ran", "ended code out err err_tail partial")):
@@ -50,29 +53,22 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
     the program cannot start."""
-    import selectors
-    import subprocess
-
     event = getattr(cancel, "cancelled", cancel)
-    try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=None if env is None else dict(env), cwd=cwd, close_fds=True)
-    except OSError as exc:
-        raise Permanent("cannot run %s: %s" % (argv[0], exc.strerror or exc)) from None
+    proc = Child.start(list(argv), cwd, dict(os.environ if env is None else env), stdin=True)
     out = _Head(limit)
     err = _Head(limit)
     tail = bytearray()
     pending = memoryview(data)
-    stdin = proc.stdin
-    os.set_blocking(stdin.fileno(), False)
-    selector = selectors.DefaultSelector()
-    readers: Dict[int, _Head] = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    poller = select.poll()
+    readers: Dict[int, _Head] = {proc.out_fd: out, proc.err_fd: err}
     for fd in readers:
-        selector.register(fd, selectors.EVENT_READ)
+        poller.register(fd, select.POLLIN)
+    stdin = proc.in_fd
     if pending:
-        selector.register(stdin.fileno(), selectors.EVENT_WRITE)
+        os.set_blocking(stdin, False)
+        poller.register(stdin, select.POLLOUT)
     elif not hold_stdin:
-        stdin.close()
+        proc.close_stdin()
     ended = "exit"
     try:
         while readers:
@@ -80,63 +76,62 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
             if wait is not None and wait <= 0:
                 ended = "timeout"
                 break
-            for key, _mask in selector.select(wait):
-                if key.fd in readers:
-                    chunk = os.read(key.fd, 65536)
+            for fd, mask in poller.poll(None if wait is None else wait * 1000):
+                if fd in readers:
+                    chunk = os.read(fd, _CHUNK)
                     if not chunk:
-                        selector.unregister(key.fd)
-                        del readers[key.fd]
+                        poller.unregister(fd)
+                        del readers[fd]
                         continue
-                    readers[key.fd].add(chunk)
-                    if key.fd == proc.stderr.fileno():
+                    readers[fd].add(chunk)
+                    if fd == proc.err_fd:
                         tail += chunk
                         del tail[:-TAIL_BYTES]
                     continue
-                try:
-                    sent = os.write(key.fd, pending[:65536])
-                except BlockingIOError:
-                    continue
-                except BrokenPipeError:
-                    sent = len(pending)  # it stopped reading: nothing more goes in
-                pending = pending[sent:]
+                pending = _feed(fd, mask, pending)
                 if not pending:
-                    selector.unregister(key.fd)
+                    poller.unregister(fd)
                     if not hold_stdin:
-                        stdin.close()
+                        proc.close_stdin()
             if event is not None and event.is_set():
                 ended = "cancel"
                 break
         if ended == "exit":
             ended = _reap(proc, end, event)
     finally:
-        selector.close()
         if proc.returncode is None:  # timed out, cancelled, or failed on our side
             _kill(proc)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        proc.close()
     code = None if ended != "exit" else _status(proc.returncode)
     return Ran(ended, code, out.data(), err.data(), bytes(tail), out.partial or err.partial)
 
 
-def _reap(proc: subprocess.Popen, end: Optional[float], event: Any) -> str:
-    import subprocess
+def _feed(fd: int, mask: int, pending: memoryview) -> memoryview:
+    """Write what the child's stdin takes now; what is left to write (none
+    once it stopped reading: nothing more goes in)."""
+    if mask & _CLOSED and not mask & select.POLLOUT:
+        return pending[len(pending):]
+    try:
+        sent = os.write(fd, pending[:_CHUNK])
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:
+        return pending[len(pending):]
+    return pending[sent:]
 
+
+def _reap(proc: Child, end: Optional[float], event: Any) -> str:
     while True:
         wait = _wait(end, event)
         if wait is not None and wait <= 0:
             return "timeout"
-        try:
-            proc.wait(wait)
+        if proc.wait(wait):
             return "exit"
-        except subprocess.TimeoutExpired:
-            if event is not None and event.is_set():
-                return "cancel"
+        if event is not None and event.is_set():
+            return "cancel"
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: Child) -> None:
     from mu.sdk.procs import kill_tree
 
     kill_tree(proc.pid, None)

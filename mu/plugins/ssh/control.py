@@ -39,14 +39,14 @@ from mu.digest import sha256_hex
 from mu.lazy import Lazy, LazyPattern
 from mu.plugins.shellhost import runner
 from mu.plugins.shellhost.sessions import Sessions
+from mu.sdk.command import Child
 
 threading = Lazy("threading")  # with the first call that needs a thread or a semaphore
 
-# subprocess is imported where ssh is run: a plugin's start to its
-# handshake runs none (issue 31)
+# every ssh is started by posix_spawn (mu.sdk.command.Child): `subprocess`
+# would cost a plugin's first call more to import than the ssh takes (issue 31)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any, Dict, List, Optional, Sequence
 
 DEFAULT_WORK = ".mu-ssh"
@@ -106,7 +106,7 @@ class Connection:
     # the cut (tests/test_ssh_cut.py) past mu's grace
     watch_waits = False
 
-    def __init__(self, options: Options, dest: str, control_path: Optional[str], master: Optional[subprocess.Popen]):
+    def __init__(self, options: Options, dest: str, control_path: Optional[str], master: Optional[Child]):
         self.options = options
         self.dest = dest
         self.control_path = control_path  # None: the user's own master, at their ControlPath
@@ -212,8 +212,6 @@ class Connections:
                 pass
 
     def _connect(self, dest: str, end: float, cancel: Any) -> Connection:
-        import subprocess
-
         if self._users_master(dest, end):
             return Connection(self.options, dest, None, None)
         path = os.path.join(self._socket_folder(), sha256_hex(dest)[:16])
@@ -224,14 +222,12 @@ class Connections:
         argv = (["ssh"] + self.options.ssh_options()
                 + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-o", "ControlPath=" + path,
                    "-N", "-T", "--", dest])
-        try:
-            # protocol "Process": the master is our child, in our group
-            master = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, close_fds=True)
-        except OSError as exc:
-            raise sdk.Permanent("cannot run ssh: %s" % (exc.strerror or exc)) from None
+        # protocol "Process": the master is our child, in our group; it
+        # prints nothing on stdout (-N), and what it says on stderr is read
+        # by a thread of its own, which closes that pipe at its end
+        master = Child.start(argv, None, dict(os.environ))
         said: List[bytes] = []
-        reader = threading.Thread(target=_drain, args=(master.stderr, said), daemon=True)
+        reader = threading.Thread(target=_drain, args=(master.err_fd, said), daemon=True)
         reader.start()
         while True:
             if os.path.exists(path) and master.poll() is None:
@@ -249,15 +245,12 @@ class Connections:
 
     def _users_master(self, dest: str, end: float) -> bool:
         """Does the user's configuration name a ControlPath with a live master?"""
-        import subprocess
-
         argv = ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
         try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  timeout=max(0.1, min(2.0, end - time.monotonic())), close_fds=True)
-        except (OSError, subprocess.TimeoutExpired):
+            done = runner.run(argv, end=time.monotonic() + max(0.1, min(2.0, end - time.monotonic())))
+        except sdk.PluginError:  # no ssh to run: the master's start says so
             return False
-        return done.returncode == 0
+        return done.ended == "exit" and done.code == 0
 
     def _socket_folder(self) -> str:
         if self._folder is None:
@@ -303,33 +296,44 @@ def _remove_stale(base: str) -> None:
             pass
 
 
-def _drain(pipe, said: List[bytes]) -> None:
+def _drain(fd: int, said: List[bytes]) -> None:
+    """Keep the first 8 KiB of what the master says, until its stderr
+    closes; then close our end."""
     try:
         while True:
-            chunk = pipe.read1(4096) if hasattr(pipe, "read1") else pipe.read(4096)
+            chunk = os.read(fd, 4096)
             if not chunk:
                 break
             if sum(len(c) for c in said) < 8192:
                 said.append(chunk)
-    except (OSError, ValueError):
+    except OSError:
         pass
     finally:
         try:
-            pipe.close()
+            os.close(fd)
         except OSError:
             pass
 
 
-def _end(master: subprocess.Popen) -> None:
-    import subprocess
-
+def _end(master: Child) -> None:
+    """Stop a master of ours: SIGTERM, SIGKILL after `MASTER_STOP_S`."""
     if master.poll() is None:
-        master.terminate()
-        try:
-            master.wait(MASTER_STOP_S)
-        except subprocess.TimeoutExpired:
-            master.kill()
+        _signal(master.pid, "SIGTERM")
+        if not master.wait(MASTER_STOP_S):
+            _signal(master.pid, "SIGKILL")
             master.wait()
+    if master.out_fd >= 0:
+        os.close(master.out_fd)  # stderr is the reading thread's to close
+        master.out_fd = -1
+
+
+def _signal(pid: int, name: str) -> None:
+    import _signal  # built in: `signal` is a millisecond of a first call
+
+    try:
+        os.kill(pid, getattr(_signal, name))
+    except ProcessLookupError:
+        pass
 
 
 def failure(text: str, dest: str, options: Options) -> sdk.PluginError:

@@ -44,7 +44,7 @@ REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
 
 class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     name = "ssh"
-    warm = ("threading", "subprocess", "selectors")  # every call's thread; the runner's commands
+    warm = ("threading",)  # every call's thread (the runner imports nothing slow: it spawns by posix_spawn)
     version = VERSION
 
     def __init__(self, options: Options, name: str = "ssh") -> None:
