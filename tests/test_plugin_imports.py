@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 
 # each only on the path of a call that uses it, or not at all
-CALLS_ONLY = ("typing", "subprocess", "selectors", "shutil", "zipfile", "secrets", "psutil", "filelock", "datetime")
+CALLS_ONLY = ("typing", "subprocess", "selectors", "mu.sdk.command", "shutil", "zipfile", "secrets", "psutil", "filelock", "datetime")
 # milliseconds each at a fresh interpreter's start: mu.jsontext, mu.digest,
 # mu.shellwords, `_signal` and `_thread` stand in for them (`collections`,
 # under a millisecond, stays: the plugins' records are its namedtuples)

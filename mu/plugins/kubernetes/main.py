@@ -45,7 +45,7 @@ if v=$(python3 --version 2>&1); then echo "python3 ok $v"; else echo "python3 fa
 
 class KubernetesPlugin(host.HostSeam, link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     name = "kubernetes"
-    warm = ("threading",)  # every call's thread (the runner imports nothing slow: it spawns by posix_spawn)
+    warm = ("threading", "mu.sdk.command")  # every call's thread; the runner's spawn (no `subprocess`)
     version = VERSION
 
     def __init__(self, options: Options, name: str = "kubernetes") -> None:

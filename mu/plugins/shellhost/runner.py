@@ -19,14 +19,16 @@ import select
 import time
 from collections import namedtuple
 
-from mu.sdk.command import Child
-
 # The child is started by `os.posix_spawn` (mu.sdk.command.Child) and its
 # pipes read with `select.poll`: `subprocess` and `selectors` would cost a
 # plugin's first call more to import than an ssh takes to run (issue 31).
+# mu.sdk.command itself is imported by the first run, or before it by the
+# plugin's warm-up (its `warm`), never on the way to the handshake.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+    from mu.sdk.command import Child
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
@@ -53,6 +55,8 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
     the program cannot start."""
+    from mu.sdk.command import Child
+
     event = getattr(cancel, "cancelled", cancel)
     proc = Child.start(list(argv), cwd, dict(os.environ if env is None else env), stdin=True)
     out = _Head(limit)

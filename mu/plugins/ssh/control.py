@@ -39,7 +39,6 @@ from mu.digest import sha256_hex
 from mu.lazy import Lazy, LazyPattern
 from mu.plugins.shellhost import runner
 from mu.plugins.shellhost.sessions import Sessions
-from mu.sdk.command import Child
 
 threading = Lazy("threading")  # with the first call that needs a thread or a semaphore
 
@@ -48,6 +47,8 @@ threading = Lazy("threading")  # with the first call that needs a thread or a se
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Sequence
+
+    from mu.sdk.command import Child
 
 DEFAULT_WORK = ".mu-ssh"
 DEFAULT_ALIVE_S = 5
@@ -225,6 +226,8 @@ class Connections:
         # protocol "Process": the master is our child, in our group; it
         # prints nothing on stdout (-N), and what it says on stderr is read
         # by a thread of its own, which closes that pipe at its end
+        from mu.sdk.command import Child
+
         master = Child.start(argv, None, dict(os.environ))
         said: List[bytes] = []
         reader = threading.Thread(target=_drain, args=(master.err_fd, said), daemon=True)

@@ -44,7 +44,7 @@ REACH_STEPS = ("git", "tmux", "flock", "work")  # after "ssh"
 
 class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     name = "ssh"
-    warm = ("threading",)  # every call's thread (the runner imports nothing slow: it spawns by posix_spawn)
+    warm = ("threading", "mu.sdk.command")  # every call's thread; the runner's spawn (no `subprocess`)
     version = VERSION
 
     def __init__(self, options: Options, name: str = "ssh") -> None:
