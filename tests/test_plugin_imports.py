@@ -90,3 +90,15 @@ def test_a_plugin_waiting_for_mu_imports_what_its_calls_will_need(name, tmp_path
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def test_a_command_run_imports_nothing_slow(tmp_path):
+    # a link.exec's command, in a folder, as a first call runs it: started
+    # by posix_spawn, read with poll, its program found on PATH without
+    # os.get_exec_path (which imports `warnings` at each call)
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom mu.sdk.command import run_command\n"
+            f"assert run_command('pwd', {str(tmp_path)!r}).stdout == {str(tmp_path) + chr(10)!r}\n"
+            f"print(' '.join(m for m in ('warnings', 'subprocess', 'selectors') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

@@ -238,7 +238,7 @@ def _program(name: str, cwd: Optional[str], env: Dict[str, str]) -> "tuple[str, 
     if "/" in name:
         places = [name if cwd is None else os.path.join(cwd, name)]
     else:
-        places = [os.path.join(folder or ".", name) for folder in os.get_exec_path(env)]
+        places = [os.path.join(folder or ".", name) for folder in _exec_path(env)]
     for place in places:
         if os.path.isfile(place) and os.access(place, os.X_OK):
             return place, ""
@@ -248,6 +248,13 @@ def _program(name: str, cwd: Optional[str], env: Dict[str, str]) -> "tuple[str, 
 
 
 # -- output ------------------------------------------------------------------
+
+
+def _exec_path(env: Dict[str, str]) -> List[str]:
+    """The folders `env`'s PATH names, as `os.get_exec_path` reads them
+    (no PATH: `os.defpath`), without the `warnings` it imports each call."""
+    path = env.get("PATH")
+    return (os.defpath if path is None else path).split(os.pathsep)
 
 
 class _Capture:

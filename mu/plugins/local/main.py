@@ -99,7 +99,7 @@ class Local(HostSeam, LinkSeam, JobSeam, ChannelSeam, sdk.Plugin):
     name = "local"
     version = "0.1.0"
     seams = declaration("bound")
-    warm = ("threading",)  # every call's thread
+    warm = ("threading", "mu.sdk.command")  # every call's thread; a link.exec's command
 
     def __init__(self, root: str, instance: str, name: str = "local", view: str = "bound",
                  first_turn: str = "on-send", program: str = "") -> None:
