@@ -22,6 +22,10 @@ times each shipped plugin from its spawn to its handshake:
   stdin closed, the group awaited), `store` (the journal's flush and the
   store's close or leave) and `exit` (os._exit to the bench's pidfd
   reading the process gone: the kernel's teardown);
+- bench/least_exec.py, the least program that makes `mu host exec`'s
+  calls with the same plugin (one lean read, the spawn, `initialize`,
+  `link.exec`, `shutdown`, the reap: no checks, no records), as a second
+  floor: what mu's verb adds is the distance between the two rows;
 - each shipped plugin (local, ssh, podman, kubernetes), spawn -> `initialize` written
   -> its handshake read, as bench 4 times the SDK's hello plugin (target:
   within 2x `python -c pass`).
@@ -45,6 +49,7 @@ from sdk_startup import handshake_s
 LOCAL = os.path.join(ROOT, "examples", "mu-plugin-local")
 EXAMPLES = os.path.join(ROOT, "examples")
 STAMPED = os.path.join(ROOT, "bench", "stamped_mu.py")
+LEAST = os.path.join(ROOT, "bench", "least_exec.py")
 PLUGINS = {
     "local": [LOCAL],
     "ssh": [os.path.join(ROOT, "bin", "mu-plugin-ssh")],
@@ -120,12 +125,14 @@ def body(opts: harness.Options) -> None:
     harness.run_s(harness.mu("plugin", "add", "local", "--", LOCAL, "--root", os.path.join(folder, "root")))
     harness.run_s(harness.mu("host", "acquire", "box", "--provider", "local"))
     harness.run_s(harness.mu("agent", "spawn", "w/a", "--host", "box", "--harness", "demo"))
+    db_path = os.path.join(os.environ["MU_STATE_DIR"], "mu.db")
     listed = subprocess.run(harness.mu("agent", "list", "--json"), capture_output=True, check=True).stdout
     assert [a["agent"] for a in json.loads(listed)] == ["w/a"]
     try:
         measured = harness.interleave(rounds, {
             "floor": lambda: harness.run_s([PYTHON, "-c", "pass"]),
             "exec": lambda: stamped(["host", "exec", "box", "--", "true"], stamps),
+            "least": lambda: harness.run_s([PYTHON, LEAST, db_path, "box"]),
             "list": lambda: stamped(["agent", "list"], stamps),
             **{f"plugin {name}": (lambda argv=argv: handshake_s(argv)) for name, argv in PLUGINS.items()},
         })
@@ -133,6 +140,9 @@ def body(opts: harness.Options) -> None:
         harness.run_s(harness.mu("agent", "close", "w/a"))
     floor = harness.median(measured["floor"])  # type: ignore[arg-type]
     rows = [Row("python -c pass (floor)", harness.ms(floor), harness.ms(floor), 1.0)]
+    least = harness.median(measured["least"])  # type: ignore[arg-type]
+    rows.append(Row("bench/least_exec.py: the same calls, nothing else", harness.ms(least), harness.ms(floor),
+                    least / floor))
     rows += phase_rows("mu host exec box -- true, local provider", measured["exec"], floor, VERB_TARGET)  # type: ignore[arg-type]
     rows += phase_rows("mu agent list, 1 agent", measured["list"], floor, VERB_TARGET)  # type: ignore[arg-type]
     for name in PLUGINS:
