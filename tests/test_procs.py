@@ -62,3 +62,28 @@ def test_a_process_with_an_empty_environment_is_not_taken_and_costs_little():
         for proc in (asleep, busy):
             proc.kill()
             proc.wait()
+
+
+def test_an_empty_read_of_a_process_now_asleep_is_read_once_more():
+    # the race a loaded machine met: a worker's environment read empty in
+    # the middle of its execve, and by the time its state was read the
+    # program it became was already asleep (`sleep 300` is at once).  Its
+    # verdict must come from its environment read again, not from its sleep.
+    token = secrets.token_hex(8)
+    needle = f"{procs.TOKEN_VAR}={token}\0".encode()
+    ours = subprocess.Popen(["/bin/sleep", "300"], env=token_env(token), stdin=subprocess.DEVNULL)
+    other = subprocess.Popen(["/bin/sleep", "300"], env={}, stdin=subprocess.DEVNULL)
+    try:
+        for proc in (ours, other):
+            wait_for(lambda p=proc: _state_of(p.pid) == "S", timeout=5)
+        assert procs._empty_environ(ours.pid, needle) is True
+        assert procs._empty_environ(other.pid, needle) is False  # empty still: none of ours
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
+
+
+def _state_of(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]

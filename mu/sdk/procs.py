@@ -233,17 +233,31 @@ def _environ_has(pid: int, needle: bytes) -> Optional[bool]:
         return False  # gone, or not ours to read
     if environ:
         return needle in (b"\0" + environ)
-    return None if _may_be_in_exec(pid) else False
+    return _empty_environ(pid, needle)
 
 
-def _may_be_in_exec(pid: int) -> bool:
-    """Running or in an uninterruptible wait (execve runs in the kernel: a
-    process in it is one of the two, reading its program at worst), and
-    not a kernel thread (whose environment is always empty).  A process
-    asleep with an empty environment has one: it is not read again."""
+def _empty_environ(pid: int, needle: bytes) -> Optional[bool]:
+    """The verdict on a process whose environment just read empty.
+
+    A kernel thread's is always empty: not ours.  A process running or in
+    an uninterruptible wait may be in execve (it runs in the kernel, reading
+    its program at worst): None, read again later.  A process asleep is not
+    in execve now, but it may have been at the read: an exec that ended
+    between the two reads, its program already asleep (`sleep 300` is at
+    once), has laid its environment out, so it is read once more, and only
+    an environment still empty is one without the token."""
     fields = _stat_fields(pid)
     try:
-        return fields[0] in (b"R", b"D") and not int(fields[6]) & _PF_KTHREAD
+        state, flags = fields[0], int(fields[6])
     except (IndexError, ValueError):
+        return False  # gone
+    if flags & _PF_KTHREAD:
         return False
+    if state in (b"R", b"D"):
+        return None
+    try:
+        environ = filebytes.read("/proc/%d/environ" % pid)
+    except OSError:
+        return False
+    return needle in (b"\0" + environ) if environ else False
 
