@@ -156,9 +156,10 @@ class Child:
         program or folder), worded as before: the program, the folder, why.
         With `stdin`, the child reads a pipe whose write end is `in_fd`
         (left blocking: the caller sets it as it needs)."""
+        where = "" if cwd is None else " in " + cwd  # no folder: the plugin's own
         program, why = _program(argv[0], cwd, env)
         if why:
-            raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", why))
+            raise Permanent("cannot start %s%s: %s" % (argv[0], where, why))
         run = argv
         if cwd is not None:
             run = ["sh", "-c", _IN_FOLDER, "sh", cwd] + argv
@@ -178,7 +179,7 @@ class Child:
             pid = os.posix_spawn(program, run, env, file_actions=actions, setsigdef=spawning.restored())
         except OSError as exc:
             spawning.close(ours)
-            raise Permanent("cannot start %s in %s: %s" % (argv[0], cwd or ".", exc.strerror or exc)) from exc
+            raise Permanent("cannot start %s%s: %s" % (argv[0], where, exc.strerror or exc)) from exc
         finally:
             spawning.close(theirs)
         return cls(pid, *ours)
