@@ -290,3 +290,18 @@ def test_an_exec_imports_neither_subprocess_nor_selectors(sshd):  # noqa: F811
     names = {line.rsplit("|", 1)[1].strip() for line in profile.splitlines() if line.startswith("import time:")}
     assert "mu.plugins.shellhost.runner" in names  # the profile was read
     assert {"subprocess", "selectors"} & names == set()
+
+
+def test_a_refused_master_leaves_no_descriptor_open(sshd):  # noqa: F811
+    # the plugin's own master (no master of the user's for `refused`) that
+    # ssh ends at once: the typed error, and its pipes closed with it
+    from mu import sdk
+    from mu.plugins.ssh.control import Connections, Options
+
+    connections = Connections(Options(str(sshd.config), str(sshd.work), 1, 3))
+    before = set(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(sdk.Human):
+            connections.get("refused", time.monotonic() + 20)
+    connections.close()
+    assert set(os.listdir("/proc/self/fd")) - before == set()

@@ -236,6 +236,7 @@ class Connections:
             if os.path.exists(path) and master.poll() is None:
                 return Connection(self.options, dest, path, master)
             if master.poll() is not None:
+                _end(master)  # exited: only its stdout's end is left to close
                 reader.join(1.0)
                 raise failure(b"".join(said).decode("utf-8", "replace"), dest, self.options)
             if cancel is not None and cancel.is_set():
