@@ -92,8 +92,8 @@ def run_command(command: Union[str, Sequence[str]], cwd: Optional[str] = None, t
     proc = Child.start(argv, cwd, child_env)
     with _live_lock:
         _live[token] = proc.pid
-    out = _Capture(output_limit)
-    err = _Capture(output_limit)
+    out = Capture(output_limit)
+    err = Capture(output_limit)
     ended = None  # None: ran to its end; "timeout"; "cancel"
     try:
         ended = _pump(proc, {proc.out_fd: out, proc.err_fd: err}, end, event)
@@ -258,7 +258,12 @@ def _exec_path(env: Dict[str, str]) -> List[str]:
     return (os.defpath if path is None else path).split(os.pathsep)
 
 
-class _Capture:
+class Capture:
+    """The first `limit` bytes of one output stream, and whether more came
+    (`partial`): what `run_command` keeps of a command's stdout and stderr,
+    and what a plugin that runs its own commands keeps too
+    (mu.plugins.shellhost.runner)."""
+
     def __init__(self, limit: int) -> None:
         self.limit = max(0, limit)
         self.chunks: List[bytes] = []
@@ -274,8 +279,11 @@ class _Capture:
             self.chunks.append(data)
             self.size += len(data)
 
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
     def text(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", "replace")
+        return self.data().decode("utf-8", "replace")
 
 
 class _Pipes:
@@ -283,7 +291,7 @@ class _Pipes:
     ready, until it closes.  `select.poll` itself, not `selectors` (whose
     import is a millisecond of a plugin's first command)."""
 
-    def __init__(self, streams: Dict[int, _Capture]) -> None:
+    def __init__(self, streams: Dict[int, Capture]) -> None:
         self.streams = streams
         self.open = set(streams)
         self._poller = select.poll()
@@ -304,7 +312,7 @@ class _Pipes:
         return bool(ready)
 
 
-def _pump(proc: Child, streams: Dict[int, _Capture], end: Optional[float], event: Any) -> Optional[str]:
+def _pump(proc: Child, streams: Dict[int, Capture], end: Optional[float], event: Any) -> Optional[str]:
     """Read both pipes until both close; "timeout" or "cancel" if cut short."""
     pipes = _Pipes(streams)
     while pipes.open:
@@ -342,7 +350,7 @@ def _next_wait(end: Optional[float], event: Any) -> Optional[float]:
     return _CANCEL_POLL_S if left is None else min(left, _CANCEL_POLL_S)
 
 
-def _drain_now(streams: Dict[int, _Capture]) -> None:
+def _drain_now(streams: Dict[int, Capture]) -> None:
     """Keep what is already in the pipes once every writer is gone (a writer
     we could not kill may still hold one open: nothing more is waited for)."""
     pipes = _Pipes(streams)

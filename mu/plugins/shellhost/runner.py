@@ -26,9 +26,9 @@ from collections import namedtuple
 # plugin's warm-up (its `warm`), never on the way to the handshake.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Sequence
+    from typing import Any, Dict, Mapping, Optional, Sequence
 
-    from mu.sdk.command import Child
+    from mu.sdk.command import Capture, Child
 
 LIMIT = 256 * 1024  # bytes kept of each stream: a reply must fit in 1 MiB
 TAIL_BYTES = 4096
@@ -55,16 +55,16 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
     the program cannot start."""
-    from mu.sdk.command import Child
+    from mu.sdk.command import Capture, Child
 
     event = getattr(cancel, "cancelled", cancel)
     proc = Child.start(list(argv), cwd, dict(os.environ if env is None else env), stdin=True)
-    out = _Head(limit)
-    err = _Head(limit)
+    out = Capture(limit)
+    err = Capture(limit)
     tail = bytearray()
     pending = memoryview(data)
     poller = select.poll()
-    readers: Dict[int, _Head] = {proc.out_fd: out, proc.err_fd: err}
+    readers: Dict[int, Capture] = {proc.out_fd: out, proc.err_fd: err}
     for fd in readers:
         poller.register(fd, select.POLLIN)
     stdin = proc.in_fd
@@ -153,23 +153,3 @@ def _wait(end: Optional[float], event: Any) -> Optional[float]:
 
 def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
-
-
-class _Head:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.chunks: List[bytes] = []
-        self.size = 0
-        self.partial = False
-
-    def add(self, chunk: bytes) -> None:
-        room = self.limit - self.size
-        if len(chunk) > room:
-            self.partial = True
-            chunk = chunk[:max(0, room)]
-        if chunk:
-            self.chunks.append(chunk)
-            self.size += len(chunk)
-
-    def data(self) -> bytes:
-        return b"".join(self.chunks)
