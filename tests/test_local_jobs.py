@@ -197,7 +197,9 @@ def test_start_status_attach_and_a_stop_that_proves_everything_gone(provider):
     assert provider.read("job.lookup", target={"host": provider.host}, key="job-1", fence=False) == {
         "found": {"handle": handle + "/jobs/job-1", "view": view}}
     wait_state(provider, "job-1", "running")
-    wait_for(lambda: (provider.home / "out.txt").exists(), 5, "the job's first line")
+    # the file is there as soon as the shell opens it, its line a moment later
+    wait_for(lambda: (provider.home / "out.txt").exists() and (provider.home / "out.txt").read_text().endswith("\n"),
+             5, "the job's first line")
     # the spec's env reaches the job, and the job folder too
     assert (provider.home / "out.txt").read_text() == "hello w/a %s\n" % provider.folder("job-1")
     wrapper = provider.record("job-1", "pid.json")

@@ -517,7 +517,8 @@ def test_job_start_lookup_status_attach_and_stop(local, views):
     # "running" means the wrapper recorded itself; its shell may not have
     # written the file yet
     deadline = time.monotonic() + 5
-    while not (home / "work" / "out.txt").exists() and time.monotonic() < deadline:
+    out = home / "work" / "out.txt"
+    while not (out.exists() and out.read_text().endswith("\n")) and time.monotonic() < deadline:  # opened, then written
         time.sleep(0.02)
     assert (home / "work" / "out.txt").read_text() == "hi\n"
     assert local.call("job.attach", target=target) == view

@@ -116,8 +116,10 @@ def test_a_job_runs_in_remote_tmux_and_outlives_its_plugin(jobs):
                                     {"GREETING": "hello", "MU_TEST_PROBE": "k1"}), client)
     view = started["view"]
     assert "ssh -F" in view["command"] and " -tt " in view["command"] and "attach-session" in view["command"]
-    wait_for(lambda: (jobs.server.work / "out.txt").exists(), 10, "the job's output")
-    text = (jobs.server.work / "out.txt").read_text().split()
+    # the file is there as soon as the shell opens it, its line a moment later
+    out = jobs.server.work / "out.txt"
+    wait_for(lambda: out.exists() and out.read_text().endswith("\n"), 10, "the job's output")
+    text = out.read_text().split()
     assert text[0] == "hello" and text[1].startswith(str(jobs.server.work / "jobs" / "j-"))
     client.stop()  # the plugin (and its master) ends; the job does not
     assert jobs.session_alive("k1")
