@@ -65,13 +65,34 @@ class Bridge:
                  f"runs {runs}: {self.turn()}")
         return self.turn()
 
-    def kill_with_unread(self, msg_id: str, text: str) -> None:
+    def kill_with_unread(self, msg_id: str, text: str, meanwhile=None) -> None:
         """Kill the harness with a message taken but unread: the harness
-        and what it runs are stopped (SIGSTOP: the harness first, so it
-        starts nothing more), the message delivered and taken (the bridge
-        writes it to the harness's stdin, where it stays), then all of them
-        killed.  A short-lived child that ends on its own meanwhile is
-        passed over."""
+        and what it runs are stopped, the message delivered and taken (the
+        bridge writes it to the harness's stdin, where it stays), then all
+        of them killed (`meanwhile()` runs just before: what it changes,
+        the harness never sees)."""
+        tree = self.stopped()
+        self.deliver(msg_id, text)
+        wait_for(lambda: (self.folder / "taken" / (msg_id + ".json")).exists(), 20, "the take")
+        if meanwhile is not None:
+            meanwhile()
+        kill_all(tree)
+
+    def kill_harness(self, meanwhile=None) -> None:
+        """SIGKILL the harness and everything it runs, children first; with
+        `meanwhile`, they are stopped first and `meanwhile()` runs before
+        the kill."""
+        if meanwhile is None:
+            kill_all([self.harness()] + self.harness().children(recursive=True))
+            return
+        tree = self.stopped()
+        meanwhile()
+        kill_all(tree)
+
+    def stopped(self) -> list:
+        """SIGSTOP the harness, then what it runs (the harness first, so it
+        starts nothing more): the processes stopped.  A short-lived child
+        that ends on its own meanwhile is passed over."""
         harness = self.harness()
         harness.suspend()
         tree = [harness]
@@ -81,13 +102,7 @@ class Bridge:
                 tree.append(child)
             except psutil.NoSuchProcess:
                 pass
-        self.deliver(msg_id, text)
-        wait_for(lambda: (self.folder / "taken" / (msg_id + ".json")).exists(), 20, "the take")
-        kill_all(tree)
-
-    def kill_harness(self) -> None:
-        """SIGKILL the harness and everything it runs, children first."""
-        kill_all([self.harness()] + self.harness().children(recursive=True))
+        return tree
 
     def harness(self) -> psutil.Process:
         return psutil.Process(self.proc.pid).children()[0]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+from pathlib import Path
 
 import harness_fixture
 import test_harness_claude as claude_tests
@@ -163,6 +165,71 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
             assert fifth["lastError"] == "the bridge restarted during the turn, and its session was lost", fifth
         assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW fifth" in json.dumps(r["body"])) == 1
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 6))
+    finally:
+        bridge.stop()
+
+
+def transcripts(session: str) -> list:
+    """The files of Gemini's transcript of `session`, named by the minute
+    each record of it began."""
+    return sorted(Path(os.environ["HOME"]).glob(f".gemini/tmp/*/chats/session-*-{session[:8]}.jsonl"))
+
+
+def dated(session: str, minute: str) -> None:
+    """Rename the transcript of `session` (its largest file: a load that
+    found it left a record of its own beside it, holding only Gemini's
+    context, which goes) as begun in `minute` (Gemini's own format, UTC).
+    An earlier minute makes the next load's new record a file of its own,
+    so the load finds the session whole; this minute makes it the
+    session's file, which the load then finds empty."""
+    files = sorted(transcripts(session), key=lambda f: f.stat().st_size)
+    for other in files[:-1]:
+        other.unlink()
+    files[-1].rename(files[-1].with_name(f"session-{minute}-{session[:8]}.jsonl"))
+
+
+def this_minute() -> str:
+    """The minute a restart begun now would name its record in, once at
+    least 20 s of it are left (a load on a slow machine takes seconds)."""
+    while time.gmtime().tm_sec > 40:
+        time.sleep(0.5)
+    return time.strftime("%Y-%m-%dT%H-%M", time.gmtime())
+
+
+def test_gemini_that_loads_its_session_then_cannot_is_never_given_a_message_twice(gemini_env, tmp_path):
+    """A load that finds the session replays its history, Gemini's own
+    context first; a load that cannot leaves the transcript as the receipt.
+    The mark of the turn under way counts the same user messages in both,
+    so a message Gemini had, killed mid-turn, settles with the exit and is
+    never given again, even after a load that replayed the context.  Which
+    way each load goes is set here, not left to the clock."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "gemini")
+    try:
+        bridge.start()
+        bridge.deliver("m-1", "first")
+        assert bridge.wait_runs(1)["lastText"] == "STUB: first"
+        session = bridge.turn()["session"]
+
+        # the load finds the session whole: m-2, which Gemini never read, is given again in it
+        bridge.kill_with_unread("m-2", "second while stopped", meanwhile=lambda: dated(session, "2000-01-01T00-00"))
+        turn = bridge.wait_runs(2, 90)
+        assert (turn["incarnation"], turn["session"]) == (1, session), turn
+        assert turn["lastText"] == "STUB: second while stopped" and "lastError" not in turn, turn
+        assert at_the_model(gemini_env, "second while stopped") == 1
+
+        # the load empties the session: the transcript says Gemini had m-3, so it settles and is not given again
+        bridge.deliver("m-3", "STUB_SLOW third")
+        wait_for(lambda: gemini_env.seen("STUB_SLOW third"), 20, "the slow turn at the model")
+        bridge.kill_harness(meanwhile=lambda: dated(session, this_minute()))
+        wait_for(lambda: (bridge.turn()["incarnation"], bridge.turn()["state"]) == (2, "idle"), 60, "the new session")
+        third = json.loads((bridge.folder / "turns" / "1-3.json").read_text())
+        assert third["lastError"] == "the harness exited (-9)", third
+        assert "is given again" not in bridge.log.read_text().split("[m-3]")[1]
+        bridge.deliver("m-4", "fourth")
+        assert bridge.wait_runs(1)["lastText"] == "STUB: fourth"
+        assert prompted(gemini_env, "STUB_SLOW third") == 1
+        assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 5))
     finally:
         bridge.stop()
 

@@ -168,7 +168,7 @@ class Acp(Harness):
         content = as_dict(update.get("content"))
         if kind == "user_message_chunk" and self.prompt is None:  # the history, replayed on load
             text = content.get("text") if content.get("type") == "text" else None
-            if isinstance(text, str):
+            if isinstance(text, str) and self.prompted_text(text):
                 self.replayed.append(text)
                 self.users += 1
             return []
@@ -235,6 +235,13 @@ class Acp(Harness):
     def resumable(self, session):
         return bool(session)
 
+    def prompted_text(self, text):
+        """Whether a user message of the session's history is one a prompt
+        gave it.  The mark and the receipts count only those, and must
+        count alike: an agent that keeps a user message of its own (its
+        context) in the history would shift one count and not the other."""
+        return True
+
     def mark(self, session):
         return self.users
 
@@ -266,22 +273,30 @@ class Gemini(Acp):
     """Gemini CLI (`gemini --acp`): never-ask is its `yolo` mode, --ask its
     `default`, read-only its `plan`.
 
-    Its `session/load` (0.61.0) fails on its own sessions: it starts a new
-    record of the session, which empties it, before it looks the session
-    up, and then finds nothing to resume.  The bridge still asks (a
-    release that loads would just work); when the load fails, the loop
-    begins a new session as a new incarnation.  Whether Gemini had the
-    message of the turn under way is then read from its transcript
+    Its `session/load` (0.61.0) mostly fails on its own sessions: it
+    starts a new record of the session before it looks the session up,
+    and a record's file is named by the minute it began, so a load in the
+    minute of the session's file empties the session and finds nothing
+    to resume, while a load in a later minute finds it whole and replays
+    it.  The bridge asks either way; when the load fails, the loop begins
+    a new session as a new incarnation.  Whether Gemini had the message
+    of the turn under way is then read from its transcript
     (``<home>/.gemini/tmp/<project>/chats/session-<time>-<id8>.jsonl``,
     home being $GEMINI_CLI_HOME or $HOME), which keeps every user message
     it took, even past the failed load's rewrite: a message it had settles
     with the restart and is never given twice; one it never had is given
-    to the new session."""
+    to the new session.  The session's first user message is Gemini's
+    own context; the replay and the transcript both hold it, and neither
+    the mark nor the receipts count it."""
 
     name = "gemini"
     variable, default = "MU_HARNESS_GEMINI", "gemini"
     ARGS = ("--acp",)
     MODES = {"never": ("yolo",), "ask": ("default",), "plan": ("plan",)}
+    OWN = ("<session_context>", "<hook_context>")  # the user messages Gemini writes itself
+
+    def prompted_text(self, text):
+        return not text.lstrip().startswith(self.OWN)
 
     def delivered(self, session, key, turn=None):
         if super().delivered(session, key, turn):
@@ -290,8 +305,7 @@ class Gemini(Acp):
             return False
         return (turn.get("text") or "") in self._transcript(session)[turn["mark"]:]
 
-    @staticmethod
-    def _transcript(session):
+    def _transcript(self, session):
         """The texts of the user messages of `session`, in the order Gemini
         took them (its own session context left out), as its transcripts
         keep them; empty when none can be read."""
@@ -325,7 +339,7 @@ class Gemini(Acp):
                         seen.add(message.get("id"))
                         text = "".join(p.get("text") or "" for p in as_list(message.get("content"))
                                        if isinstance(p, dict))
-                        if not text.startswith("<session_context>"):
+                        if self.prompted_text(text):
                             texts.append(text)
         return texts
 
