@@ -295,6 +295,14 @@ class Gemini(Acp):
     MODES = {"never": ("yolo",), "ask": ("default",), "plan": ("plan",)}
     OWN = ("<session_context>", "<hook_context>")  # the user messages Gemini writes itself
 
+    def environment(self):
+        """The bridge's own, with Gemini's start again as its own child
+        turned off: by default it runs a second process (to raise its heap
+        limit) and the first ignores SIGTERM, so the bridge's stop, and
+        the kernel's SIGTERM when the bridge dies, would reach only the
+        first, and the agent would go on mid-turn."""
+        return dict(os.environ, GEMINI_CLI_NO_RELAUNCH="true")
+
     def prompted_text(self, text):
         return not text.lstrip().startswith(self.OWN)
 
