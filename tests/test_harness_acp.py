@@ -23,6 +23,7 @@ from test_site import make_checkout
 from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 qwen_env, stub_model = harness_fixture.qwen_env, harness_fixture.stub_model  # the fixtures
+gemini_env, opencode_env = harness_fixture.gemini_env, harness_fixture.opencode_env
 git, mu, settled, state_of = claude_tests.git, claude_tests.mu, claude_tests.settled, claude_tests.state_of
 run_mu = claude_tests.run_mu
 
@@ -313,5 +314,27 @@ def test_an_acp_agent_resumed_without_a_replay_never_gets_a_message_twice(tmp_pa
         said = log.read_text()
         assert said.count("fake: prompt hold this turn") == 1  # never given twice
         assert "fake: session/resume fake-session" in said and bridge.harness().pid != first.pid
+    finally:
+        bridge.stop()
+
+
+@claude_tests.pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@claude_tests.pytest.mark.parametrize("name", ["qwen", "gemini", "opencode"])
+def test_the_bridge_stopped_mid_turn_leaves_no_agent_behind(name, sig, request, tmp_path):
+    """The bridge's stop (and the kernel's SIGTERM when the bridge dies)
+    reaches the agent itself, even mid-turn: an agent that starts itself
+    again as its own child (Gemini CLI does by default, and its first
+    process ignores SIGTERM) would go on with the turn."""
+    stub = request.getfixturevalue(f"{name}_env")
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", name)
+    try:
+        bridge.start()
+        tree = [bridge.harness()] + bridge.harness().children(recursive=True)
+        bridge.deliver("m-1", "STUB_SLOW first")
+        wait_for(lambda: stub.seen("STUB_SLOW first"), 20, "the slow turn at the model")
+        bridge.proc.send_signal(sig)
+        bridge.proc.wait(15)
+        wait_for(lambda: not any(p.is_running() and p.status() != "zombie" for p in tree), 10, f"none left: {tree}")
     finally:
         bridge.stop()
