@@ -62,6 +62,48 @@ def test_state_shows_agents_hosts_and_asks_only_reads(world, monkeypatch):
     assert "AGENT" in human.stdout and "HOST" in human.stdout and "ws/a" in human.stdout
 
 
+def test_state_keeps_every_agents_calls_in_flight_together(world):
+    # as `mu agent list` reads (mu.agents.readings.read_all): every
+    # job.status and readStates written before the first answer is awaited,
+    # not two round trips an agent one after the other
+    for n in range(4):
+        world.agent(f"ws/a{n}", runs=n + 1)
+    before = len(world.sent_all())
+    doc = state()
+    assert [a["runs"] for a in doc["agents"]] == [1, 2, 3, 4]
+    methods = [m.get("method") for m in world.sent_all()[before:]]
+    calls = [m for m in methods if m in ("job.status", "channel.readStates", "channel.lastRun")]
+    assert calls == ["job.status"] * 4 + ["channel.readStates"] * 4, methods
+    assert methods.count("initialize") == 1
+
+
+def test_state_reads_its_agents_records_in_one_go_not_an_agent_at_a_time(world):
+    from mu import api
+
+    def statements_of_state(count: int) -> list:
+        statements = []
+        conn = db.connect()
+        conn.set_trace_callback(statements.append)
+        try:
+            found = api.state()
+        finally:
+            conn.set_trace_callback(None)
+        assert [(a["agent"], a["runs"], a["liveness"]) for a in found.agents] == \
+            [(f"ws/a{n}", 1, "alive") for n in range(count)]
+        return [s for s in statements if "journal" not in s and not s.startswith(("BEGIN", "COMMIT", "PRAGMA"))]
+
+    for n in range(3):
+        world.agent(f"ws/a{n}", runs=1)
+    three = statements_of_state(3)
+    for n in range(3, 8):
+        world.agent(f"ws/a{n}", runs=1)
+    eight = statements_of_state(8)
+    one_by_one = [s for s in eight if any(f"FROM {table} WHERE" in s for table in
+                                          ("agents", "jobs", "effects", "hosts", "host_profiles"))]
+    assert one_by_one == [], one_by_one
+    assert len(eight) == len(three), eight
+
+
 def test_a_host_inside_its_margin_tells_to_collect_and_close(world, monkeypatch):
     monkeypatch.setenv("MU_HOST_DEADLINE_MARGIN_MS", "600000")
     world.host("short", deadline_at=int(time.time() * 1000) + 60_000)

@@ -9,12 +9,13 @@ effect is called and no intent is resolved (docs/DECISIONS.md, "inspect through 
 
 Asking the plugins.  Up to `ASK_MAX` agents, each agent's job is asked
 `job.status` and its channel `readStates` (and its pane is looked at),
-through one plugin process per plugin (`mu.agents.readings`).  Past that
-(a glance at thousands of agents) no plugin is called and no pane looked
-at: an agent's liveness and turn read `unknown` ("not asked") unless the
-records prove them (a job recorded stopped, a host recorded lost), and a
-notice says how many were not asked and that `mu agent show <agent>`
-asks.  `mu state` thereby stays a glance: its cost grows with the rows,
+through one plugin process per plugin, every agent's calls in flight
+together and their records read in one go, as `mu agent list` reads
+(`mu.agents.readings.read_all`).  Past that (a glance at thousands of
+agents) no plugin is called and no pane looked at: an agent's liveness
+and turn read `unknown` ("not asked") unless the records prove them (a
+job recorded stopped, a host recorded lost), and a notice says how many
+were not asked and that `mu agent show <agent>` asks.  `mu state` thereby stays a glance: its cost grows with the rows,
 not with round trips to plugins.
 
 Notices (`kind`, what, the command), blocked agents first (a person must act):
@@ -187,9 +188,12 @@ def state(clients: Optional["readings.Clients"] = None, last_text: bool = False)
         quiet = set() if clients is not None else \
             {name for name, h in by_host.items() if name not in draining and not hosting.is_lost(h)}
 
+        if clients is not None:
+            _ask_all(records.agents, clients, seen, last_text)
+
         def other(row: Glance) -> AgentState:
             host = by_host.get(row.job_host or row.host)
-            one = _asked(row, clients, seen, last_text) if clients is not None else _from_records(row, host)
+            one = _asked(row, seen) if clients is not None else _from_records(row, host)
             if one.turn == "blocked" and one.liveness != DEAD:
                 asking.append(_blocked_notice(one, seen.get(row.agent)))
             if one.liveness == DEAD or row.job_state in (None, "stopped") or host is not None \
@@ -284,15 +288,27 @@ def _record_notices(records: _Records, agent_of_job: Dict[str, str], not_asked: 
 AGENT_HEADERS = ("AGENT", "HOST", "LIVENESS", "TURN", "RUNS", "INC")
 
 
-def _asked(row: Glance, clients: "readings.Clients", seen: Dict[str, Any], last_text: bool) -> AgentState:
-    """One agent, asked of its plugin: `job.status`, `readStates`, its pane;
-    its reading is kept in `seen`."""
+def _ask_all(rows: List[Glance], clients: "readings.Clients", seen: Dict[str, Any], last_text: bool) -> None:
+    """Every row's agent asked of its plugin (`job.status`, `readStates`,
+    its pane), each reading kept in `seen`: the calls of every agent in
+    flight together and their records read in one go, as `mu agent list`
+    reads (mu.agents.readings.read_all).  An agent closed since the
+    snapshot has no reading."""
     from mu.agents import readings
+    from mu.agents import records as agent_records
 
-    agent = agents.find(row.workstream, row.name)
-    if agent is None:  # closed since the snapshot
+    wanted = {row.agent for row in rows}
+    found = [a for a in agents.all_agents() if a.agent in wanted]
+    for reading in readings.read_all(found, clients, last_text=last_text, records=agent_records.Snapshot()):
+        seen[reading.agent.agent] = reading
+
+
+def _asked(row: Glance, seen: Dict[str, Any]) -> AgentState:
+    """One agent as its plugin answered (`_ask_all`), or as its records
+    say when it was closed since the snapshot."""
+    reading = seen.get(row.agent)
+    if reading is None:  # closed since the snapshot
         return _from_records(row, None)
-    reading = seen[row.agent] = readings.read(agent, clients, last_text=last_text)
     turn = reading.turn
     reason = _why_not_alive(reading.job_status) if reading.liveness != ALIVE else (turn.reason or turn.pending)
     return AgentState(row.agent, row.host, row.plugin, row.job, row.job_state, reading.liveness, reading.turn.state,
