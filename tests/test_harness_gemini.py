@@ -6,6 +6,7 @@ tests/test_harness_claude.py and tests/test_harness_acp.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,19 +94,29 @@ def test_gemini_read_only_is_its_plan_mode_and_writes_nothing(gemini_env, tmp_pa
         bridge.stop()
 
 
-def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_twice(gemini_env, tmp_path):
-    """Gemini CLI cannot load its own sessions, so a restart is a new
-    incarnation, and the receipt is its transcript: killed with the
-    message unread in its pipe, the agent is given it again, once, in the
-    new session; killed once it had it, mid-turn, the turn settles with
-    the loss and is not given again; the bridge killed at each of its
-    steps gives each message once."""
+@contextlib.contextmanager
+def after_a_first_turn(tmp_path):
+    """A bridge running Gemini, its first message ("first") answered;
+    stopped at the end."""
     (tmp_path / "work").mkdir()
     bridge = Bridge(tmp_path / "job", tmp_path / "work", "gemini")
     try:
         bridge.start()
         bridge.deliver("m-1", "first")
         assert bridge.wait_runs(1)["lastText"] == "STUB: first"
+        yield bridge
+    finally:
+        bridge.stop()
+
+
+def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_twice(gemini_env, tmp_path):
+    """Gemini CLI mostly cannot load its own sessions, so a restart is
+    mostly a new incarnation, and the receipt is its transcript: killed with the
+    message unread in its pipe, the agent is given it again, once, in the
+    new session; killed once it had it, mid-turn, the turn settles with
+    the loss and is not given again; the bridge killed at each of its
+    steps gives each message once."""
+    with after_a_first_turn(tmp_path) as bridge:
         first_session = bridge.turn()["session"]
 
         def past(inc: int, runs: int) -> dict:
@@ -165,8 +176,6 @@ def test_gemini_killed_mid_turn_starts_a_new_session_and_never_gets_a_message_tw
             assert fifth["lastError"] == "the bridge restarted during the turn, and its session was lost", fifth
         assert sum(1 for r in turns_at_the_model(gemini_env) if "STUB_SLOW fifth" in json.dumps(r["body"])) == 1
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 6))
-    finally:
-        bridge.stop()
 
 
 def transcripts(session: str) -> list:
@@ -203,12 +212,7 @@ def test_gemini_that_loads_its_session_then_cannot_is_never_given_a_message_twic
     so a message Gemini had, killed mid-turn, settles with the exit and is
     never given again, even after a load that replayed the context.  Which
     way each load goes is set here, not left to the clock."""
-    (tmp_path / "work").mkdir()
-    bridge = Bridge(tmp_path / "job", tmp_path / "work", "gemini")
-    try:
-        bridge.start()
-        bridge.deliver("m-1", "first")
-        assert bridge.wait_runs(1)["lastText"] == "STUB: first"
+    with after_a_first_turn(tmp_path) as bridge:
         session = bridge.turn()["session"]
 
         # the load finds the session whole: m-2, which Gemini never read, is given again in it
@@ -230,8 +234,6 @@ def test_gemini_that_loads_its_session_then_cannot_is_never_given_a_message_twic
         assert bridge.wait_runs(1)["lastText"] == "STUB: fourth"
         assert prompted(gemini_env, "STUB_SLOW third") == 1
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 5))
-    finally:
-        bridge.stop()
 
 
 def test_the_bridge_killed_at_each_step_gives_gemini_each_message_once(gemini_env, tmp_path):

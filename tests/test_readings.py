@@ -174,28 +174,38 @@ def test_a_listing_keeps_every_agents_calls_in_flight_together(world):
     assert methods.count("initialize") == 1  # one plugin process for them all
 
 
+def store_reads(read: Any) -> tuple:
+    """What `read()` returns, and the statements it ran on the store: its
+    reads, not the journal's writes of its calls."""
+    statements: list = []
+    conn = db.connect()
+    conn.set_trace_callback(statements.append)
+    try:
+        found = read()
+    finally:
+        conn.set_trace_callback(None)
+    return found, [s for s in statements if "journal" not in s and not s.startswith(("BEGIN", "COMMIT", "PRAGMA"))]
+
+
+def reads_over_three_then_eight(world: World, read: Any, shown: Any) -> tuple:
+    """The store's reads of `read()` over 3 live agents, then over 8
+    (`shown(found)`: each agent read, as (agent, runs, liveness))."""
+    def over(first: int, count: int) -> list:
+        for n in range(first, count):
+            world.agent(f"ws/a{n}", runs=1)
+        found, statements = store_reads(read)
+        assert shown(found) == [(f"ws/a{n}", 1, "alive") for n in range(count)]
+        return statements
+
+    return over(0, 3), over(3, 8)
+
+
 def test_a_listing_reads_its_records_in_one_go_not_an_agent_at_a_time(world):
     # mu.agents.records.Snapshot: every job, intent and host in one read
     from mu import api
 
-    def listing(count: int) -> list:
-        statements = []
-        conn = db.connect()
-        conn.set_trace_callback(statements.append)
-        try:
-            found = api.agent_list()
-        finally:
-            conn.set_trace_callback(None)
-        assert [(a.agent, a.runs, a.liveness) for a in found] == [(f"ws/a{n}", 1, "alive") for n in range(count)]
-        # the store's reads, not the journal's writes of the calls
-        return [s for s in statements if "journal" not in s and not s.startswith(("BEGIN", "COMMIT", "PRAGMA"))]
-
-    for n in range(3):
-        world.agent(f"ws/a{n}", runs=1)
-    three = listing(3)
-    for n in range(3, 8):
-        world.agent(f"ws/a{n}", runs=1)
-    eight = listing(8)
+    three, eight = reads_over_three_then_eight(world, api.agent_list,
+                                               lambda found: [(a.agent, a.runs, a.liveness) for a in found])
     one_by_one = [s for s in eight if any(f"FROM {table} WHERE" in s for table in
                                           ("jobs", "effects", "hosts", "host_profiles"))]
     assert one_by_one == []

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import run_mu
-from test_readings import World
+from test_readings import World, reads_over_three_then_eight
 
 from mu.agents.state import ASK_MAX
 from mu.panes import PaneRef
@@ -80,24 +80,9 @@ def test_state_keeps_every_agents_calls_in_flight_together(world):
 def test_state_reads_its_agents_records_in_one_go_not_an_agent_at_a_time(world):
     from mu import api
 
-    def statements_of_state(count: int) -> list:
-        statements = []
-        conn = db.connect()
-        conn.set_trace_callback(statements.append)
-        try:
-            found = api.state()
-        finally:
-            conn.set_trace_callback(None)
-        assert [(a["agent"], a["runs"], a["liveness"]) for a in found.agents] == \
-            [(f"ws/a{n}", 1, "alive") for n in range(count)]
-        return [s for s in statements if "journal" not in s and not s.startswith(("BEGIN", "COMMIT", "PRAGMA"))]
-
-    for n in range(3):
-        world.agent(f"ws/a{n}", runs=1)
-    three = statements_of_state(3)
-    for n in range(3, 8):
-        world.agent(f"ws/a{n}", runs=1)
-    eight = statements_of_state(8)
+    three, eight = reads_over_three_then_eight(world, api.state,
+                                               lambda found: [(a["agent"], a["runs"], a["liveness"])
+                                                              for a in found.agents])
     one_by_one = [s for s in eight if any(f"FROM {table} WHERE" in s for table in
                                           ("agents", "jobs", "effects", "hosts", "host_profiles"))]
     assert one_by_one == [], one_by_one
