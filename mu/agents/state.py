@@ -15,8 +15,9 @@ together and their records read in one go, as `mu agent list` reads
 agents) no plugin is called and no pane looked at: an agent's liveness
 and turn read `unknown` ("not asked") unless the records prove them (a
 job recorded stopped, a host recorded lost), and a notice says how many
-were not asked and that `mu agent show <agent>` asks.  `mu state` thereby stays a glance: its cost grows with the rows,
-not with round trips to plugins.
+were not asked and that `mu agent show <agent>` asks.  `mu state`
+thereby stays a glance: its cost grows with the rows, not with round
+trips to plugins.
 
 Notices (`kind`, what, the command), blocked agents first (a person must act):
   blocked        an agent whose turn waits on a question: the `mu answer` that resolves it
