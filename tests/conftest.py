@@ -76,29 +76,6 @@ if LoadScopeScheduling is not None:
         return _OneWorkerPerFile(config, log) if config.getvalue("dist") == "load" else None
 
 
-#: The tests of half a minute or more, started first, longest first.
-#: Under pytest-xdist a worker takes the next test as it finishes one, so a
-#: long test taken last keeps the suite running while the other worker has
-#: nothing left.
-LONG_FIRST = (
-    "tests/test_kubernetes_many.py::",
-    "bench/test_bench.py::test_bench_runs_to_its_table[harnesses.py]",
-    "bench/test_bench.py::test_bench_runs_to_its_table[kubernetes.py]",
-    "tests/test_harness_acp.py::test_an_acp_agent_killed_before_it_has_the_message",
-    "tests/test_podman_agent.py::test_a_deadline_that_passes",
-    "tests/test_kubernetes_agent.py::test_a_deadline_that_passes",
-    "tests/test_kubernetes_agent.py::test_a_pod_deleted_behind_mus_back",
-    "tests/test_kubernetes_contract.py::",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    def place(item: pytest.Item) -> int:
-        return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
-
-    items.sort(key=place)  # stable: the rest keep their order
-
-
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Each test gets its own MU_STATE_DIR, HOME and XDG folders, and its
