@@ -82,6 +82,37 @@ def test_a_long_argv_reaches_the_run(server):
     assert ran.returncode == 0 and ran.stdout.strip() == b"100000"
 
 
+def test_once_the_frame_is_in_the_client_sends_nothing_that_a_quick_answer_would_break():
+    """A server may run the frame, answer and close as soon as the frame is
+    in (a quick `true` on a loaded machine).  The client sends nothing
+    after that: even a send of no bytes to a closed peer fails (EPIPE),
+    and a run that ended well was reported lost."""
+    import socket
+
+    from mu.plugins.podman import execc
+
+    ours, servers = socket.socketpair()
+    got = []
+
+    class AnsweredAtOnce(socket.socket):
+        def sendmsg(self, *args):
+            sent = super().sendmsg(*args)
+            data, fds, _flags, _addr = socket.recv_fds(servers, 64, 3)
+            got.append(data)
+            for fd in fds:
+                os.close(fd)
+            servers.close()
+            return sent
+
+    frame = b"\0\0\0\4true"
+    sock = AnsweredAtOnce(fileno=ours.detach())
+    try:
+        execc.send(sock, frame)
+    finally:
+        sock.close()
+    assert got == [frame]
+
+
 def test_no_folder_or_an_engine_marker_makes_the_client_the_engines_exec(tmp_path: Path, server):
     folder, _ = server
     engine = ("echo", "engine:")

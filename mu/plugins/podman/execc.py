@@ -99,6 +99,17 @@ def _connect():
         os.close(fd)
 
 
+def send(sock, frame):
+    """Send `frame` with the client's stdin, stdout and stderr (they ride
+    on its first bytes).  Nothing is sent once the frame is all in: the
+    server may by then have run it, answered and closed, and even a send
+    of no bytes to a closed peer fails (EPIPE), which would report a run
+    that ended well as lost."""
+    sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, FDS)])
+    while sent < len(frame):
+        sent += sock.send(frame[sent:])
+
+
 def main(args):
     if len(args) < 3 or not args[1].isdigit():
         sys.stderr.write("usage: execc.py <folder> <n> <engine words> <argv...>\n")
@@ -112,10 +123,8 @@ def main(args):
     if sock is None:
         fall_back(engine, argv)
     body = b"\0".join(os.fsencode(word) for word in argv)
-    frame = len(body).to_bytes(4, "big") + body
     try:
-        sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, FDS)])
-        sock.sendall(frame[sent:])
+        send(sock, len(body).to_bytes(4, "big") + body)
         answer = b""
         while not answer.endswith(b"\n"):
             chunk = sock.recv(64)
