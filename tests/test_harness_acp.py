@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 from typing import Callable
 
 import harness_fixture
@@ -181,8 +182,10 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
     session's replay on `session/load` says whether the agent had it.
     Killed with the message unread in its pipe, the agent is given it again
     once on the loaded session; killed once it has it, mid-turn, the turn
-    settles with the exit and is not given again; the bridge killed at each
-    of its steps gives each message once."""
+    settles with the exit and is not given again, even when its history
+    does not hold the message yet (Qwen writes it after the model has it:
+    the test takes it out, as a kill before that write leaves it); the
+    bridge killed at each of its steps gives each message once."""
     (tmp_path / "work").mkdir()
     bridge = Bridge(tmp_path / "job", tmp_path / "work", "qwen")
     try:
@@ -200,7 +203,8 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
 
         bridge.deliver("m-3", "STUB_SLOW third")
         wait_for(lambda: seen_chat(qwen_env, "STUB_SLOW third"), 20, "the slow turn at the model")
-        bridge.kill_harness()
+        assert any(b"first" in path.read_bytes() for path in qwen_histories())  # where its history is
+        bridge.kill_harness(meanwhile=lambda: unwrite("STUB_SLOW third"))
         turn = bridge.wait_runs(3, 90)
         assert turn["lastError"].startswith("the harness exited ("), turn
         bridge.deliver("m-4", "fourth")
@@ -224,6 +228,19 @@ def test_an_acp_agent_killed_before_it_has_the_message_is_given_it_again_once_by
         assert sorted(os.listdir(bridge.folder / "taken")) == sorted(f"m-{i}.json" for i in range(1, 8))
     finally:
         bridge.stop()
+
+
+def qwen_histories() -> list:
+    """Qwen's session histories (JSON lines) in the test's HOME."""
+    return list((Path(os.environ["HOME"]) / ".qwen").rglob("*.jsonl"))
+
+
+def unwrite(text: str) -> None:
+    """Take the records holding `text` out of Qwen's histories, as a kill
+    before its queued write reached the file leaves them."""
+    for path in qwen_histories():
+        path.write_bytes(b"".join(line for line in path.read_bytes().splitlines(keepends=True)
+                                  if text.encode() not in line))
 
 
 # -- mu itself killed at each step of a send, on an agent mu spawned --------------

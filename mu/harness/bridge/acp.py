@@ -50,6 +50,7 @@ class Acp(Harness):
         self.resume = resume
         self.caps = {}
         self.prompt = None  # the key of the prompt under way
+        self.given = {}  # a prompt's key -> where its line ends in this start's stdin
         self.held = []  # (key, text) to prompt once the one under way is answered
         self.chunks = []  # the agent's message text of the prompt under way
         self.users = 0  # the user messages the session holds (replayed, then prompted)
@@ -69,7 +70,7 @@ class Acp(Harness):
         return None
 
     def call(self, rid, method, params):
-        self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     def notify(self, method, params):
         self.write({"jsonrpc": "2.0", "method": method, "params": params})
@@ -209,8 +210,10 @@ class Acp(Harness):
         self.prompt = key
         self.chunks, self.text = [], None
         self.users += 1
-        self.call("mu-prompt-" + key, "session/prompt",
-                  {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+        end = self.call("mu-prompt-" + key, "session/prompt",
+                        {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+        if end is not None:
+            self.given[key] = end
 
     def user(self, key, text, steer=False):
         if self.prompt is None:
@@ -246,12 +249,19 @@ class Acp(Harness):
         return self.users
 
     def delivered(self, session, key, turn=None):
-        """Whether the session's replay holds the turn's message past the
-        mark taken before the agent had it.  A session resumed with
-        `session/resume` replays nothing, so whether the agent had the
-        message cannot be known: it counts as had, and the turn settles
-        with the exit, because a message given twice may do its work twice
-        where one settled with its error is the person's to send again."""
+        """Whether the agent had the turn's message: this start of it read
+        the prompt off its stdin (asked before it is started again), or
+        the session's replay holds the message past the mark taken before
+        the agent had it.  The replay alone is late: an agent may send the
+        message on to its model before its history is written (Qwen Code
+        queues the writes), so one killed in between replays without it.
+        A session resumed with `session/resume` replays nothing, so
+        whether the agent had the message cannot be known: it counts as
+        had, and the turn settles with the exit, because a message given
+        twice may do its work twice where one settled with its error is
+        the person's to send again."""
+        if key in getattr(self, "given", {}) and self.read_past(self.given[key]):
+            return True
         if not turn or not isinstance(turn.get("mark"), int):
             return False
         if getattr(self, "how", None) == "resume":

@@ -42,9 +42,12 @@ role or --ask the harness cannot honour).  Its events go on
   ("exit", code)                the process ended
 """
 
+import array
+import fcntl
 import json
 import os
 import subprocess
+import termios
 import threading
 
 from .common import (
@@ -84,6 +87,7 @@ class Harness:
         self.cwd = cwd
         self.events = events
         self.proc = None
+        self.written = 0  # the bytes written to this start's stdin
         self.stderr_tail = []
         self.stderr_reader = None  # the thread reading its stderr (a failed start waits for its last lines)
         self.lock = threading.Lock()
@@ -98,6 +102,7 @@ class Harness:
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
+        self.written = 0
         reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
         reader.start()
         threading.Thread(target=self._reap, args=(proc, reader), daemon=True).start()
@@ -194,12 +199,32 @@ class Harness:
                 log.close()
 
     def write(self, value):
+        """Write one JSON line to the harness's stdin: where the line ends
+        in this start's stdin (for read_past), or None when it did not all
+        reach the pipe (the harness exited: its end comes as an event)."""
+        line = json.dumps(value).encode("utf-8") + b"\n"
         with self.lock:
             try:
-                self.proc.stdin.write(json.dumps(value).encode("utf-8") + b"\n")
+                self.proc.stdin.write(line)
                 self.proc.stdin.flush()
             except (OSError, ValueError, AttributeError):
-                pass  # it exited: its end comes as an event
+                return None
+            self.written += len(line)
+            return self.written
+
+    def read_past(self, offset):
+        """Whether the harness read its stdin past byte `offset` of this
+        start's (the end of a line written when `written` was `offset`):
+        the bytes written less those still in the pipe.  It holds after
+        the harness exited, for as long as the bridge keeps the pipe
+        open, so it tells a line the harness took from one it died
+        before reading.  False when it cannot be known."""
+        unread = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.proc.stdin.fileno(), termios.FIONREAD, unread)  # a pipe's either end answers it
+        except (OSError, ValueError, AttributeError):
+            return False
+        return self.written - unread[0] >= offset
 
     def question(self, tool, tool_input):
         """(the pending question of an "ask", the keys its `mu answer` takes,
