@@ -23,6 +23,7 @@ from test_site import git, make_checkout
 from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 TTL_MS = 25000  # the deadline test's: its spawn, a commit, the wait and the close fit inside
+SHORT_TTL_MS = 10000  # a deadline only waited out: the acquire (the pod made, running, an exec answered) fits inside
 
 
 @pytest.fixture
@@ -161,8 +162,20 @@ def test_a_deadline_that_passes_ends_the_pod_after_the_final_collect(registered,
     assert closed.returncode == 0, closed.stderr
     assert time.monotonic() - begun < TTL_MS / 1000, "too slow to test the deadline: raise TTL_MS"
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "work before the deadline"
+    assert mu("host", "release", "box").returncode == 0
+    assert kube.pods() == []
 
-    end = time.monotonic() + TTL_MS / 1000 + 30
+
+def test_a_pod_past_its_deadline_is_ended_by_the_kubelet_and_reads_lost(registered):
+    """No daemon of mu's: the pod's activeDeadlineSeconds has the kubelet
+    end it (a deadline of its own, short, so that the test does not wait
+    out the one above)."""
+    kube = registered
+    acquired = acquire(kube, "ttl_ms=%d" % SHORT_TTL_MS)
+    assert acquired.returncode == 0, acquired.stderr
+    [pod] = kube.pods()
+    name = pod.split("/", 1)[1]
+    end = time.monotonic() + SHORT_TTL_MS / 1000 + 30
     while kube.pod(name)["status"].get("phase") != "Failed" and time.monotonic() < end:
         time.sleep(0.2)
     assert kube.pod(name)["status"].get("reason") == "DeadlineExceeded"  # the kubelet ended it, no daemon of mu's

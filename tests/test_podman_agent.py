@@ -24,6 +24,7 @@ from mu.plugins.shellhost.shipped import build_bridge_zipapp
 
 DEMO = ROOT / "examples" / "mu-demo-agent"
 TTL_MS = 30000  # the deadline test's: its spawn, a commit, the wait and the close fit inside, even on a loaded machine
+SHORT_TTL_MS = 3000  # a deadline only waited out
 
 
 @pytest.fixture
@@ -145,9 +146,25 @@ def test_a_deadline_that_passes_takes_the_container_after_the_final_collect(regi
     assert time.monotonic() - begun < TTL_MS / 1000, "too slow to test the deadline: raise TTL_MS"
     assert engine.containers() == [name]  # collected before the deadline, with the container still there
     assert git("log", "-1", "--format=%s", "mu/w/a", cwd=checkout) == "work before the deadline"
+    assert mu("host", "release", "box").returncode == 0
+    assert engine.containers() == []
 
-    end = time.monotonic() + TTL_MS / 1000 + 30
+
+def test_a_container_past_its_deadline_is_taken_by_the_engine(registered):
+    """No daemon of mu's: the container's first process ends at the
+    deadline and `--rm` has the engine remove it (a deadline of its own,
+    short, so that the test does not wait out the one above)."""
+    engine = registered
+    acquired = mu("host", "acquire", "box", "--provider", "podman", "--param", "image=" + engine.image,
+                  "--param", "ttl_ms=%d" % SHORT_TTL_MS)
+    assert acquired.returncode == 0, acquired.stderr
+    assert len(engine.containers()) == 1
+    end = time.monotonic() + SHORT_TTL_MS / 1000 + 30
     while engine.containers() and time.monotonic() < end:
         time.sleep(0.2)
     assert engine.containers() == []  # its first process ended at the deadline; the engine removed it
+    status = mu("host", "status", "box", "--json")
+    assert status.returncode == 0, status.stderr
+    shown_host = json.loads(status.stdout)
+    assert (shown_host["state"], shown_host["status"]) == ("lost", "gone"), shown_host  # mu's word, the plugin's
     assert mu("host", "release", "box").returncode == 0
