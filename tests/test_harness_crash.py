@@ -250,6 +250,32 @@ def test_pi_killed_before_it_has_the_message_is_given_it_again_once_by_the_bridg
         bridge.stop()
 
 
+def test_pi_killed_in_its_first_turn_once_it_has_the_message_is_never_given_it_twice(pi_env, tmp_path):
+    """pi writes nothing of a new session to its file until the first
+    answer comes, so a pi killed in its first turn leaves no file that
+    holds the message, though its model has it.  It read the prompt off
+    its pipe, so it had it: the turn settles with the exit, and the model
+    never gets the message a second time."""
+    (tmp_path / "work").mkdir()
+    bridge = Bridge(tmp_path / "job", tmp_path / "work", "pi")  # noqa: F811
+    try:
+        bridge.start()
+        session = Path(bridge.turn()["session"])
+        bridge.deliver("m-1", "STUB_SLOW first")
+        wait_for(lambda: at_chat_model(pi_env, "STUB_SLOW first"), 20, "the slow turn at the model")
+        assert not session.exists() or "STUB_SLOW first" not in session.read_text()  # what the test is about
+        bridge.harness().kill()
+        turn = bridge.wait_runs(1)
+        assert turn["lastError"].startswith("the harness exited ("), turn
+        bridge.deliver("m-2", "second")
+        turn = bridge.wait_runs(2)
+        assert turn["lastText"] == "STUB: second", turn
+        holding = [r for r in pi_env.requests if "STUB_SLOW first" in json.dumps(r["body"])]
+        assert len(holding) == 1, holding  # the model was asked with it once, and never again
+    finally:
+        bridge.stop()
+
+
 def at_chat_model(stub, text: str) -> int:
     """How many user messages holding `text` the newest Chat Completions request carried."""
     last = [r for r in stub.requests if r["path"].split("?")[0].endswith("/chat/completions")]

@@ -50,7 +50,6 @@ class Acp(Harness):
         self.resume = resume
         self.caps = {}
         self.prompt = None  # the key of the prompt under way
-        self.given = {}  # a prompt's key -> where its line ends in this start's stdin
         self.held = []  # (key, text) to prompt once the one under way is answered
         self.chunks = []  # the agent's message text of the prompt under way
         self.users = 0  # the user messages the session holds (replayed, then prompted)
@@ -210,10 +209,8 @@ class Acp(Harness):
         self.prompt = key
         self.chunks, self.text = [], None
         self.users += 1
-        end = self.call("mu-prompt-" + key, "session/prompt",
-                        {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
-        if end is not None:
-            self.given[key] = end
+        self.gave(key, self.call("mu-prompt-" + key, "session/prompt",
+                                 {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]}))
 
     def user(self, key, text, steer=False):
         if self.prompt is None:
@@ -249,19 +246,14 @@ class Acp(Harness):
         return self.users
 
     def delivered(self, session, key, turn=None):
-        """Whether the agent had the turn's message: this start of it read
-        the prompt off its stdin (asked before it is started again), or
-        the session's replay holds the message past the mark taken before
-        the agent had it.  The replay alone is late: an agent may send the
-        message on to its model before its history is written (Qwen Code
-        queues the writes), so one killed in between replays without it.
-        A session resumed with `session/resume` replays nothing, so
+        """Whether the session's replay holds the turn's message past the
+        mark taken before the agent had it (the loop asks took() first:
+        the replay is late when the agent writes its history after its
+        model has the message).  A session resumed with `session/resume` replays nothing, so
         whether the agent had the message cannot be known: it counts as
         had, and the turn settles with the exit, because a message given
         twice may do its work twice where one settled with its error is
         the person's to send again."""
-        if key in getattr(self, "given", {}) and self.read_past(self.given[key]):
-            return True
         if not turn or not isinstance(turn.get("mark"), int):
             return False
         if getattr(self, "how", None) == "resume":

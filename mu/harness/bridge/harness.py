@@ -88,6 +88,7 @@ class Harness:
         self.events = events
         self.proc = None
         self.written = 0  # the bytes written to this start's stdin
+        self.given = {}  # a message's key -> where its prompt's line ends in this start's stdin (gave())
         self.stderr_tail = []
         self.stderr_reader = None  # the thread reading its stderr (a failed start waits for its last lines)
         self.lock = threading.Lock()
@@ -102,7 +103,7 @@ class Harness:
         except OSError as exc:
             raise BridgeError("cannot start %s: %s" % (" ".join(self.program), exc.strerror or exc)) from None
         proc = self.proc
-        self.written = 0
+        self.written, self.given = 0, {}
         reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
         reader.start()
         threading.Thread(target=self._reap, args=(proc, reader), daemon=True).start()
@@ -211,6 +212,24 @@ class Harness:
                 return None
             self.written += len(line)
             return self.written
+
+    def gave(self, key, end):
+        """Note that the line ending at `end` of this start's stdin (what
+        write() answered; None: it never reached the pipe) gives the
+        message `key`, for took()."""
+        if end is not None:
+            self.given[key] = end
+
+    def took(self, key):
+        """Whether this start of the harness read the line that gives the
+        message `key` off its stdin (see gave()): asked once it exited,
+        before it is started again, a receipt that does not wait for the
+        harness's own files.  A harness that writes its history late (pi
+        writes nothing of a new session until the first answer; Qwen Code
+        queues its writes) can have sent the message on to its model
+        before any file shows it.  Read but not yet acted on counts as
+        had: a message given twice may do its work twice."""
+        return key in self.given and self.read_past(self.given[key])
 
     def read_past(self, offset):
         """Whether the harness read its stdin past byte `offset` of this

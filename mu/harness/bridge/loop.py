@@ -397,10 +397,14 @@ class Bridge:
         self.save()
 
     def _had_it(self, session):
-        """Whether the harness had the open turn's first message (its receipt)."""
+        """Whether the harness had the open turn's first message: it read
+        the message's line off its pipe (asked of a harness that exited,
+        before its next start), or its receipt says so."""
         turn = self.record.get("turn")
-        return turn is not None and bool(turn["msgIds"]) and \
-            self.harness.delivered(session, message_uuid(turn["msgIds"][0]), turn)
+        if turn is None or not turn["msgIds"]:
+            return False
+        key = message_uuid(turn["msgIds"][0])
+        return self.harness.took(key) or self.harness.delivered(session, key, turn)
 
     # -- the settle ------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ class Pi(Harness):
     def _prompt(self, key, text):
         self.busy = True
         self.keys.append(key)
-        self.write({"id": key, "type": "prompt", "message": text})
+        self.gave(key, self.write({"id": key, "type": "prompt", "message": text}))
 
     def user(self, key, text, steer=False):
         if not self.busy:
