@@ -19,6 +19,10 @@ PATH otherwise), and implements:
 - delivered(session, key, turn): whether the harness had the message
   `key` (the receipt after a crash);
 
+and calls gave(key, <what write() answered>) where it writes a message's
+prompt when its own files may show the message late: the loop asks
+took(key) of a harness that exited before it asks delivered();
+
 and may override mark(session) (what the bridge keeps with a turn for that
 receipt), question(tool, input) and answer(request_id, input, keys) (how
 an "ask" is shown as `blocked` and how `mu answer`'s keys answer it),
