@@ -114,8 +114,8 @@ class Claude(Harness):
 
     def user(self, key, text, steer=False):
         # a message given during a turn is queued by Claude: a steer is a follow-up there
-        self.write({"type": "user", "uuid": key, "session_id": "", "parent_tool_use_id": None,
-                    "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+        self.gave(key, self.write({"type": "user", "uuid": key, "session_id": "", "parent_tool_use_id": None,
+                                   "message": {"role": "user", "content": [{"type": "text", "text": text}]}}))
 
     def interrupt(self):
         self.write({"type": "control_request", "request_id": "mu-int-%d" % now_ms(),

@@ -42,7 +42,7 @@ class Codex(Harness):
                                             "capabilities": {"experimentalApi": True}})
 
     def call(self, rid, method, params):
-        self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return self.write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     def translate(self, message):
         rid, method, params = message.get("id"), message.get("method"), as_dict(message.get("params"))
@@ -150,7 +150,7 @@ class Codex(Harness):
         params = {"threadId": self.thread, "clientUserMessageId": key, "input": [{"type": "text", "text": text}]}
         if self.role == "read-only" and self.model:
             params["collaborationMode"] = {"mode": "plan", "settings": {"model": self.model}}
-        self.call("mu-turn-" + key, "turn/start", params)
+        self.gave(key, self.call("mu-turn-" + key, "turn/start", params))
 
     def user(self, key, text, steer=False):
         if self.turn is None:

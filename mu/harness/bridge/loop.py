@@ -362,12 +362,13 @@ class Bridge:
 
     def harness_exited(self, code):
         """Start the harness again on its session.  The turn under way settles
-        with the exit as its error when the harness had its message (the
-        receipt: its transcript holds the key); when it never had it (it died
-        with the message still in its pipe), the message is given again, so
-        a harness's crash loses no message and none is given twice.  A
-        harness whose receipt comes only with its resume (an ACP agent's
-        session/load replays the history) is asked again once resumed."""
+        with the exit as its error when the harness had its message (it read
+        the message's line off its pipe, or its receipt in its own files
+        says so); when it never had it (it died with the line still in its
+        pipe), the message is given again, so a harness's crash loses no
+        message and none is given twice.  A harness whose receipt comes
+        only with its resume (an ACP agent's session/load replays the
+        history) is asked again once resumed."""
         say("mu-bridge: %s exited (%s)" % (self.harness.name, code))
         self.request = None
         session = self.record["session"]
