@@ -249,11 +249,11 @@ class Acp(Harness):
         """Whether the session's replay holds the turn's message past the
         mark taken before the agent had it (the loop asks took() first:
         the replay is late when the agent writes its history after its
-        model has the message).  A session resumed with `session/resume` replays nothing, so
-        whether the agent had the message cannot be known: it counts as
-        had, and the turn settles with the exit, because a message given
-        twice may do its work twice where one settled with its error is
-        the person's to send again."""
+        model has the message).  A session resumed with `session/resume`
+        replays nothing, so whether the agent had the message cannot be
+        known: it counts as had, and the turn settles with the exit,
+        because a message given twice may do its work twice where one
+        settled with its error is the person's to send again."""
         if not turn or not isinstance(turn.get("mark"), int):
             return False
         if getattr(self, "how", None) == "resume":

@@ -20,8 +20,8 @@ PATH otherwise), and implements:
   `key` (the receipt after a crash);
 
 and calls gave(key, <what write() answered>) where it writes a message's
-prompt when its own files may show the message late: the loop asks
-took(key) of a harness that exited before it asks delivered();
+prompt: the loop asks took(key) of a harness that exited before it asks
+delivered(), whose files may show the message late;
 
 and may override mark(session) (what the bridge keeps with a turn for that
 receipt), question(tool, input) and answer(request_id, input, keys) (how
@@ -205,7 +205,7 @@ class Harness:
 
     def write(self, value):
         """Write one JSON line to the harness's stdin: where the line ends
-        in this start's stdin (for read_past), or None when it did not all
+        in this start's stdin (for gave()), or None when it did not all
         reach the pipe (the harness exited: its end comes as an event)."""
         line = json.dumps(value).encode("utf-8") + b"\n"
         with self.lock:
@@ -226,28 +226,24 @@ class Harness:
 
     def took(self, key):
         """Whether this start of the harness read the line that gives the
-        message `key` off its stdin (see gave()): asked once it exited,
-        before it is started again, a receipt that does not wait for the
-        harness's own files.  A harness that writes its history late (pi
-        writes nothing of a new session until the first answer; Qwen Code
-        queues its writes) can have sent the message on to its model
-        before any file shows it.  Read but not yet acted on counts as
-        had: a message given twice may do its work twice."""
-        return key in self.given and self.read_past(self.given[key])
-
-    def read_past(self, offset):
-        """Whether the harness read its stdin past byte `offset` of this
-        start's (the end of a line written when `written` was `offset`):
-        the bytes written less those still in the pipe.  It holds after
-        the harness exited, for as long as the bridge keeps the pipe
-        open, so it tells a line the harness took from one it died
-        before reading.  False when it cannot be known."""
+        message `key` off its stdin (see gave()): the bytes written less
+        those still in the pipe reach the line's end.  The pipe keeps its
+        unread bytes after the harness exited, for as long as the bridge
+        holds its writing end, so this is asked once it exited, before it
+        is started again: a receipt that does not wait for the harness's
+        own files.  A harness that writes its history late (pi writes
+        nothing of a new session until the first answer; Qwen Code queues
+        its writes) can have sent the message on to its model before any
+        file shows it.  Read but not yet acted on counts as had: a message
+        given twice may do its work twice.  False when it cannot be known."""
+        if key not in self.given:
+            return False
         unread = array.array("i", [0])
         try:
             fcntl.ioctl(self.proc.stdin.fileno(), termios.FIONREAD, unread)  # a pipe's either end answers it
         except (OSError, ValueError, AttributeError):
             return False
-        return self.written - unread[0] >= offset
+        return self.written - unread[0] >= self.given[key]
 
     def question(self, tool, tool_input):
         """(the pending question of an "ask", the keys its `mu answer` takes,
