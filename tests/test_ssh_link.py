@@ -126,6 +126,57 @@ def test_the_master_is_the_plugins_child_and_ends_with_it(box):
             mu.wait()
 
 
+def users_config(sshd, folder):  # noqa: F811
+    """An ssh_config that names a ControlPath for box, as a user's own
+    master would have it, and the plugin registered with it."""
+    control = folder / "cm"
+    config = folder / "users_config"
+    config.write_text(f"Host box\n  ControlPath {control}\n" + sshd.config.read_text())
+    argv = sshd.plugin_argv()
+    argv[argv.index("-F") + 1] = str(config)
+    for args in (("plugin", "add", "ssh", "--", *argv), ("host", "add", "box", "--plugin", "ssh")):
+        made = run_mu(*args)
+        assert made.returncode == 0, made.stderr
+    return control, config
+
+
+def test_a_users_master_that_is_up_carries_the_exec(sshd, tmp_path):  # noqa: F811
+    control, config = users_config(sshd, tmp_path)
+    master = subprocess.Popen(["ssh", "-F", str(config), "-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-N",
+                               "box"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listener = None
+    try:
+        wait_for(control.exists, 10, "the user's master")
+        # from here the server takes no new connection: only the master's
+        # sessions reach it, so an exec that made a connection of its own
+        # would fail (--connect 3)
+        listener = sshd.proc.pid  # the listener (its sessions are children of their own)
+        os.kill(listener, signal.SIGSTOP)
+        for _ in range(2):
+            out = run_mu("host", "exec", "box", "--", "echo through; echo err >&2; exit 4")
+            assert (out.returncode, out.stdout, out.stderr) == (4, "through\n", "err\n")
+    finally:
+        if listener is not None:
+            os.kill(listener, signal.SIGCONT)
+        master.terminate()
+        master.wait()
+
+
+def test_a_users_master_that_is_gone_leaves_the_exec_to_the_plugins_own_run_once(sshd, tmp_path):  # noqa: F811
+    control, _config = users_config(sshd, tmp_path)
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as dead:  # a socket file nothing listens on: connect is refused
+        dead.bind(str(control))
+    # the exec's ssh started beside the check goes to the server on its own
+    # and is stopped before it has the script: the script runs once, through
+    # the plugin's master, and says only what it says
+    out = run_mu("host", "exec", "box", "--", "echo ran >> ran.txt; echo ok; echo err >&2")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "ok\n", "err\n")
+    assert (sshd.work / "ran.txt").read_text() == "ran\n"
+    assert not os.listdir(sshd.work / "runs")  # the stopped start left no file behind
+
+
 def make_repo(path):
     env = dict(os.environ, **GIT_ENV)
     subprocess.run(["git", "init", "-q", str(path)], check=True, env=env)

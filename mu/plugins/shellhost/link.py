@@ -94,13 +94,25 @@ class LinkSeam:
         timeout_ms = _timeout(params)
         began = time.monotonic()
         end = began + timeout_ms / 1000.0
-        conn = self._connection(call, end)
-        token = _token()
+        conn, go = self._exec_connection(call, end)
         backstop = str(timeout_ms // 1000 + BACKSTOP_S)
-        argv = conn.argv(remote.EXEC, [str(len(data)), token, backstop, cwd])
-        with conn.session(end, call):
-            ran = runner.run(argv, data, hold_stdin=True, end=end, cancel=call, limit=OUTPUT_LIMIT + 1024)
-        return _exec_answer(conn, ran, token, call)
+        while True:
+            token = _token()  # a run of its own: a refused start may still be clearing its files
+            argv = conn.argv(remote.EXEC, [str(len(data)), token, backstop, cwd])
+            with conn.session(end, call):
+                ran = runner.run(argv, data, hold_stdin=True, end=end, cancel=call, limit=OUTPUT_LIMIT + 1024, go=go)
+            if ran.ended != "refused":
+                return _exec_answer(conn, ran, token, call)
+            # the connection it was started on is not the one to use, and
+            # nothing of the script went: the bootstrap read EOF for it
+            conn, go = self._connection(call, end), None
+
+    def _exec_connection(self, call: Any, end: float) -> "tuple[Connection, Any]":
+        """The connection link.exec starts its run on, and its `go` for
+        `runner.run` (None: the connection is sure).  A plugin whose
+        connection takes a check to be sure of overrides it to start the run
+        beside the check (mu.plugins.ssh.main)."""
+        return self._connection(call, end), None  # type: ignore[attr-defined]
 
     @sdk.method("link.fetch")
     def fetch(self, params: Dict[str, Any], call: Any) -> Dict[str, Any]:

@@ -26,7 +26,7 @@ from collections import namedtuple
 # plugin's warm-up (its `warm`), never on the way to the handshake.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Mapping, Optional, Sequence
+    from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
     from mu.sdk.command import Capture, Child
 
@@ -38,7 +38,8 @@ _CLOSED = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 class Ran(namedtuple("Ran", "ended code out err err_tail partial")):
-    """What a run gave.  `ended` (str) is "exit", "timeout" or "cancel";
+    """What a run gave.  `ended` (str) is "exit", "timeout", "cancel" or
+    "refused" (its `go` said no: nothing was sent);
     `code` (int or None) the exit status (None unless it exited; 128+N for
     signal N); `out`, `err` (bytes) the first `limit` bytes of each stream,
     `err_tail` (bytes) stderr's last `TAIL_BYTES`; `partial` (bool) whether
@@ -50,15 +51,26 @@ class Ran(namedtuple("Ran", "ended code out err err_tail partial")):
 
 def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end: Optional[float] = None,
         cancel: Any = None, limit: int = LIMIT, env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None) -> Ran:
+        cwd: Optional[str] = None, go: Optional[Callable[[Optional[float]], bool]] = None) -> Ran:
     """Run `argv`, feed it `data`, and collect its output until it exits,
     `end` (monotonic seconds) passes, or `cancel` (anything with
     ``is_set()``, such as an SDK `Call`) is set.  Raises `Permanent` when
-    the program cannot start."""
+    the program cannot start.
+
+    `go`, when given, is asked (with `end`) once the child runs and before
+    a byte of `data` goes to it: False, and the child is killed with
+    nothing sent and the result's `ended` is "refused".  A caller whose
+    program does nothing until its data comes (the exec bootstrap reads
+    its script first) starts the child beside a check it has not finished
+    (mu.plugins.ssh.control: whether the user's master is up)."""
     from mu.sdk.command import Capture, Child
 
     event = getattr(cancel, "cancelled", cancel)
     proc = Child.start(list(argv), cwd, dict(os.environ if env is None else env), stdin=True)
+    if go is not None and not go(end):
+        _kill(proc)
+        proc.close()
+        return Ran("refused", None, b"", b"", b"", False)
     out = Capture(limit)
     err = Capture(limit)
     tail = bytearray()

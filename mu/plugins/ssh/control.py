@@ -17,6 +17,13 @@ What a caller may rely on:
   detaches a helper).  The master ends with the plugin: `close` stops it
   on shutdown, and the SDK kills what is left of the group at exit.  A
   master that died (a cut network) is started again on the next call.
+- Whether the user's master is up is asked once per destination (`ssh -O
+  check`).  A link.exec that is a destination's first need does not wait
+  for the answer: its ssh starts beside the check, through the user's
+  master or not at all (`ProxyCommand=false`: it never connects on its
+  own), and gets its script only once the check said that master
+  answered; otherwise it is killed with nothing sent and runs again on
+  ours (`Connections.first`, runner.run's `go`).
 - One connection carries at most `SESSIONS` calls at once (sshd allows
   10 sessions a connection by default); a call past that waits for a
   session rather than open a connection of its own (`slots: "self"`).
@@ -112,6 +119,11 @@ class Connection:
         self.dest = dest
         self.control_path = control_path  # None: the user's own master, at their ControlPath
         self.master = master  # ours, or None
+        # True while it is not yet known that the user's master is up: a
+        # client then reaches the host through that master or not at all
+        # (no connection of its own, which the server would log as one
+        # dropped before its login)
+        self.master_only = False
         self._sessions = Sessions(SESSIONS, "sessions to %s" % dest)
 
     def session(self, end: float, cancel: Any = None) -> Any:
@@ -127,6 +139,8 @@ class Connection:
         argv = ["ssh"] + self.options.ssh_options() + ["-o", "ControlMaster=no"]
         if self.control_path:
             argv += ["-o", "ControlPath=" + self.control_path]
+        if self.master_only:
+            argv += ["-o", "ProxyCommand=false"]  # what ssh tries when no master answers: nothing
         return argv
 
     def argv(self, program: str, args: Sequence[str]) -> List[str]:
@@ -181,13 +195,12 @@ class Connections:
         self._lock = _thread.allocate_lock()
         self._by_dest: Dict[str, Connection] = {}
         self._locks: Dict[str, threading.Lock] = {}
+        self._checks: Dict[str, Check] = {}  # a destination's check of the user's master, not yet read
         self._folder: Optional[str] = None
 
     def get(self, dest: str, end: float, cancel: Any = None) -> Connection:
         """A live connection to `dest`, made on first need (see the module)."""
-        with self._lock:
-            lock = self._locks.setdefault(dest, _thread.allocate_lock())
-        with lock:
+        with self._dest_lock(dest):
             known = self._by_dest.get(dest)
             if known is not None and known.alive():
                 return known
@@ -197,11 +210,51 @@ class Connections:
             self._by_dest[dest] = made
             return made
 
+    def first(self, dest: str, end: float, cancel: Any = None) -> "tuple[Connection, Any]":
+        """For a run that sends nothing until it is told to go (link.exec):
+        the connection to start it on, and its `go` (runner.run), None
+        when the connection is sure.
+
+        On a destination's first need the check of the user's master
+        (`ssh -O check`) and the run's own ssh start together, the run on
+        the user's master: its `go` reads the check, and says no when no
+        master of the user's answered (the run is then killed with nothing
+        sent, and the caller goes through `get`, which starts ours).  A
+        master that is up so costs the run no wait for its check."""
+        with self._dest_lock(dest):
+            known = self._by_dest.get(dest)
+            if known is not None or dest in self._checks:
+                check = None  # made, or being made: as any call
+            else:
+                check = self._checks[dest] = Check.start(self._check_argv(dest), self._users(dest, master_only=True))
+        if check is None:
+            return self.get(dest, end, cancel), None
+        return check.conn, lambda end: self._settle(dest, check, end)
+
+    def _settle(self, dest: str, check: "Check", end: Optional[float]) -> bool:
+        """`first`'s go: True once `check` found the user's master up (its
+        connection is then the destination's)."""
+        with self._dest_lock(dest):
+            if self._checks.get(dest) is check and check.answer(end):
+                del self._checks[dest]
+                self._by_dest[dest] = check.sure()
+            # no master: the check stays for `_connect`, which reads its
+            # answer rather than ask again
+            return self._by_dest.get(dest) is check.conn
+
+    def _dest_lock(self, dest: str) -> Any:
+        with self._lock:
+            return self._locks.setdefault(dest, _thread.allocate_lock())
+
     def close(self) -> None:
         """Stop every master this plugin started and remove its sockets."""
         with self._lock:
             made = list(self._by_dest.values())
             self._by_dest.clear()
+            checks = list(self._checks.values())
+            self._checks.clear()
+        for check in checks:
+            check.answer(time.monotonic())  # ends it
         for conn in made:
             self._stop(conn)
         if self._folder is not None:
@@ -213,8 +266,11 @@ class Connections:
                 pass
 
     def _connect(self, dest: str, end: float, cancel: Any) -> Connection:
-        if self._users_master(dest, end):
-            return Connection(self.options, dest, None, None)
+        check = self._checks.pop(dest, None)  # `first` started it: read it, not another
+        if check is not None and check.answer(end):
+            return check.sure()  # the one a run may already be on
+        if check is None and self._users_master(dest, end):
+            return self._users(dest)
         path = os.path.join(self._socket_folder(), sha256_hex(dest)[:16])
         try:
             os.unlink(path)  # a master of ours that died
@@ -249,12 +305,20 @@ class Connections:
 
     def _users_master(self, dest: str, end: float) -> bool:
         """Does the user's configuration name a ControlPath with a live master?"""
-        argv = ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
         try:
-            done = runner.run(argv, end=time.monotonic() + max(0.1, min(2.0, end - time.monotonic())))
+            done = runner.run(self._check_argv(dest), end=_check_end(end))
         except sdk.PluginError:  # no ssh to run: the master's start says so
             return False
         return done.ended == "exit" and done.code == 0
+
+    def _users(self, dest: str, master_only: bool = False) -> Connection:
+        """The connection through the user's own master."""
+        conn = Connection(self.options, dest, None, None)
+        conn.master_only = master_only
+        return conn
+
+    def _check_argv(self, dest: str) -> List[str]:
+        return ["ssh"] + self.options.ssh_options() + ["-O", "check", "--", dest]
 
     def _socket_folder(self) -> str:
         if self._folder is None:
@@ -274,6 +338,71 @@ class Connections:
                 os.unlink(conn.control_path)
             except OSError:
                 pass
+
+
+class Check:
+    """`ssh -O check` of one destination, started and read later
+    (`Connections.first`): whether the user's master is up.  `conn` is the
+    connection through it, as the run started beside the check uses it."""
+
+    def __init__(self, child: Optional[Child], conn: Connection) -> None:
+        self.child = child  # None: ssh could not start (no master of the user's, then)
+        self.conn = conn
+        self.up: Optional[bool] = None
+
+    @classmethod
+    def start(cls, argv: List[str], conn: Connection) -> "Check":
+        from mu.sdk.command import Child
+
+        try:
+            return cls(Child.start(argv, None, dict(os.environ)), conn)
+        except sdk.PluginError:
+            return cls(None, conn)
+
+    def sure(self) -> Connection:
+        """`conn`, once the check found the master up: its later clients
+        may reach the host as the user's configuration says."""
+        self.conn.master_only = False
+        return self.conn
+
+    def answer(self, end: Optional[float]) -> bool:
+        """True when the master answered; waits for the check's end (its
+        pipes close as ssh exits), at most to `end` (and 2 s), after which
+        it is killed and reads as no master."""
+        if self.up is None:
+            self.up = self._read(_check_end(end))
+        return self.up
+
+    def _read(self, end: float) -> bool:
+        child = self.child
+        if child is None:
+            return False
+        import select
+
+        poller = select.poll()
+        open_fds = {child.out_fd, child.err_fd}
+        for fd in open_fds:
+            poller.register(fd, select.POLLIN)
+        while open_fds:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _mask in poller.poll(left * 1000):
+                if not os.read(fd, 4096):
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+        if open_fds:
+            _signal(child.pid, "SIGKILL")
+        child.wait()
+        child.close()
+        return child.returncode == 0
+
+
+def _check_end(end: Optional[float]) -> float:
+    """When a check of the user's master gives up: the call's end, within
+    0.1 to 2 s from now."""
+    now = time.monotonic()
+    return now + max(0.1, min(2.0, (now + 2.0 if end is None else end) - now))
 
 
 def _remove_stale(base: str) -> None:

@@ -66,6 +66,10 @@ class SshPlugin(link.LinkSeam, job.JobSeam, channel.ChannelSeam, sdk.Plugin):
     def _connection(self, call: Any, end: float) -> Connection:
         return self.connections.get(control.destination(call.target), end, call)
 
+    def _exec_connection(self, call: Any, end: float) -> "tuple[Connection, Any]":
+        # link.exec's run starts beside the check of the user's master
+        return self.connections.first(control.destination(call.target), end, call)
+
     def _job_connection(self, call: Any, seconds: float) -> "tuple[Connection, float]":
         end = job.call_end(call, seconds)
         return self._connection(call, end), end
