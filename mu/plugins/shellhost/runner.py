@@ -68,7 +68,11 @@ def run(argv: Sequence[str], data: bytes = b"", *, hold_stdin: bool = False, end
     event = getattr(cancel, "cancelled", cancel)
     proc = Child.start(list(argv), cwd, dict(os.environ if env is None else env), stdin=True)
     if go is not None and not go(end):
-        _kill(proc)
+        # nothing was sent: the command goes at once (a bootstrap it
+        # started reads a cut script and ends), without a sweep of the
+        # process table, which its caller's next start would wait for
+        _signal_now(proc.pid)
+        proc.wait()
         proc.close()
         return Ran("refused", None, b"", b"", b"", False)
     out = Capture(limit)
@@ -152,6 +156,15 @@ def _kill(proc: Child) -> None:
 
     kill_tree(proc.pid, None)
     proc.wait()
+
+
+def _signal_now(pid: int) -> None:
+    import _signal  # built in: `signal` itself imports `enum`
+
+    try:
+        os.kill(pid, _signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _wait(end: Optional[float], event: Any) -> Optional[float]:
