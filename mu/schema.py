@@ -129,6 +129,9 @@ SEAM_OF_METHOD: dict[str, str] = {m: m.split(".", 1)[0] for m in METHODS}
 # Messages that are not seam calls but still have a shape in the schema.
 _OTHER_REQUESTS = ("initialize",)
 _OTHER_NOTIFICATIONS = ("$/cancel",)
+# what `_require` looks a name up in: every reply of a read is checked
+_REQUESTS = frozenset(METHODS + _OTHER_REQUESTS)
+_NOTIFIED = frozenset(NOTIFICATIONS + _OTHER_NOTIFICATIONS)
 
 
 # -- validation ------------------------------------------------------------------
@@ -176,13 +179,13 @@ def validate_initialize_result(result: object) -> None:
 def validate_params(method: str, params: object) -> None:
     """Check the `params` mu sends with `method` (a seam method or
     ``initialize``).  KeyError for a method the protocol does not have."""
-    _require(method, METHODS + _OTHER_REQUESTS, "method")
+    _require(method, _REQUESTS, "method")
     validate_definition(method + ".params", params)
 
 
 def validate_result(method: str, result: object) -> None:
     """Check the `result` of a reply to `method`."""
-    _require(method, METHODS + _OTHER_REQUESTS, "method")
+    _require(method, _REQUESTS, "method")
     validate_definition(method + ".result", result)
 
 
@@ -199,11 +202,11 @@ def result_problem(method: str, result: object) -> str:
 def validate_notification(method: str, params: object) -> None:
     """Check a notification's `params`: the plugin's `watch/settled` and
     `watch/restarted`, or mu's `$/cancel`."""
-    _require(method, NOTIFICATIONS + _OTHER_NOTIFICATIONS, "notification")
+    _require(method, _NOTIFIED, "notification")
     validate_definition(method + ".params", params)
 
 
-def _require(method: str, known: tuple[str, ...], what: str) -> None:
+def _require(method: str, known: frozenset, what: str) -> None:
     if method not in known:
         raise KeyError(f"the protocol has no {what} {method!r}")
 

@@ -52,10 +52,26 @@ _MADE: Dict[int, Tuple[Any, Callable[[Any], Optional[bool]]]] = {}
 
 
 def _compiled(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
+    """`schema`'s function, its sub-schemas' made with it, so a check calls
+    each directly.  A sub-schema that leads back to one being made (a
+    `$ref` loop) gets a stand-in that calls it once it is made."""
     made = _MADE.get(id(schema))
-    if made is None or made[0] is not schema:
-        made = _MADE[id(schema)] = (schema, _make(defs, schema))
-    return made[1]
+    if made is not None and made[0] is schema:
+        return made[1]
+    slot: List[Callable[[Any], Optional[bool]]] = []
+
+    def stand_in(value: Any) -> Optional[bool]:
+        return slot[0](value)
+
+    _MADE[id(schema)] = (schema, stand_in)
+    try:
+        function = _make(defs, schema)
+    except BaseException:
+        del _MADE[id(schema)]
+        raise
+    slot.append(function)
+    _MADE[id(schema)] = (schema, function)
+    return function
 
 
 def _yes(value: Any) -> Optional[bool]:
@@ -81,8 +97,8 @@ def _all(results) -> Optional[bool]:
 
 
 def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
-    """`schema` as a function of the value.  A sub-schema is made at its
-    first use, so a `$ref` that leads back to itself is no loop here.
+    """`schema` as a function of the value, its sub-schemas made first
+    (`_compiled`: a `$ref` loop is closed by a stand-in).
 
     It answers as reading the keywords one by one would: the type first
     (a value of none of the types is decided there); then `$ref`, `enum`,
@@ -99,31 +115,40 @@ def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
     kinds = schema.get("type")
     if kinds is not None and not isinstance(kinds, list):
         kinds = [kinds]
+    # the kinds a plain isinstance decides (no bool-or-int question): one test
+    plain = tuple(_PLAIN_KINDS[k] for k in kinds) if kinds and all(k in _PLAIN_KINDS for k in kinds) else None
     ref = schema.get("$ref")
     if ref is not None:
         usable = isinstance(ref, str) and ref.startswith("#/$defs/") and "~" not in ref
         target = ref[len("#/$defs/"):] if usable else None
         if target is None or target not in defs:
             return _unsure
-        ref = defs[target]
+        ref = _compiled(defs, defs[target])
     choices = schema["enum"] if "enum" in schema else None
     const = [schema["const"]] if "const" in schema else None
     of_object = _make_object(defs, schema)
     minimum = schema.get("minimum")
     has_minimum = "minimum" in schema
-    subs = list(schema.get("allOf", ()))
+    subs = [_compiled(defs, sub) for sub in schema.get("allOf", ())]
     alternatives = schema.get("anyOf")
-    condition = schema.get("if")
+    if alternatives is not None:
+        alternatives = [_compiled(defs, sub) for sub in alternatives]
+    condition = _compiled(defs, schema.get("if"))
     has_if = "if" in schema
+    then = _compiled(defs, schema.get("then", True))
+    otherwise = _compiled(defs, schema.get("else", True))
 
     def check(value: Any) -> Optional[bool]:
-        if kinds is not None:
+        if plain is not None:
+            if not isinstance(value, plain):
+                return False
+        elif kinds is not None:
             found = _all_kinds(kinds, value)
             if found is not True:
                 return found
         unsure = False
         if ref is not None:
-            said = _compiled(defs, ref)(value)
+            said = ref(value)
             if said is False:
                 return False
             unsure = said is None
@@ -153,20 +178,27 @@ def _make(defs: Dict[str, Any], schema: Any) -> Callable[[Any], Optional[bool]]:
             return False
         unsure = unsure or said is None
         for sub in subs:
-            said = _compiled(defs, sub)(value)
+            said = sub(value)
             if said is False:
                 return False
             unsure = unsure or said is None
         if alternatives is not None:
-            said = _any(_compiled(defs, sub)(value) for sub in alternatives)
+            said = False
+            for sub in alternatives:
+                one = sub(value)
+                if one is True:
+                    said = True
+                    break
+                if one is None:
+                    said = None
             if said is False:
                 return False
             unsure = unsure or said is None
         if has_if:
-            holds = _compiled(defs, condition)(value)
+            holds = condition(value)
             if holds is None:
                 return None
-            said = _compiled(defs, schema.get("then" if holds else "else", True))(value)
+            said = (then if holds else otherwise)(value)
             if said is False:
                 return False
             unsure = unsure or said is None
@@ -186,7 +218,9 @@ def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict
     fewest = schema.get("minProperties")
     most = schema.get("maxProperties")
     names = schema.get("propertyNames")
-    additional = schema.get("additionalProperties", True)
+    additional = _compiled(defs, schema.get("additionalProperties", True))
+    names = None if names is None else _compiled(defs, names)
+    of_property = {key: _compiled(defs, sub) for key, sub in properties.items()}
     searches: List[Tuple[Any, Any]] = []
 
     def check(value: Dict[str, Any]) -> Optional[bool]:
@@ -196,23 +230,24 @@ def _make_object(defs: Dict[str, Any], schema: Dict[str, Any]) -> Callable[[Dict
         if (fewest is not None and len(value) < fewest) or (most is not None and len(value) > most):
             return False
         if patterns and value and not searches:
-            searches[:] = [(_searcher(pattern), sub) for pattern, sub in patterns.items()]
+            searches[:] = [(_searcher(pattern), _compiled(defs, sub)) for pattern, sub in patterns.items()]
         unsure = False
         for key, item in value.items():
             if not isinstance(key, str):
                 return None
             said = True
-            matched = key in properties
+            of_key = of_property.get(key)
+            matched = of_key is not None
             if matched:
-                said = _compiled(defs, properties[key])(item)
+                said = of_key(item)
             for search, sub in searches:
                 if said is not False and search(key):
                     matched = True
-                    said = _both(said, _compiled(defs, sub)(item))
+                    said = _both(said, sub(item))
             if not matched:
-                said = _compiled(defs, additional)(item)
+                said = additional(item)
             if names is not None and said is not False:
-                said = _both(said, _compiled(defs, names)(key))
+                said = _both(said, names(key))
             if said is False:
                 return False
             unsure = unsure or said is None
@@ -228,16 +263,6 @@ def _both(first: Optional[bool], second: Optional[bool]) -> Optional[bool]:
     return None if first is None or second is None else True
 
 
-def _any(results) -> Optional[bool]:
-    unsure = False
-    for result in results:
-        if result is True:
-            return True
-        if result is None:
-            unsure = True
-    return None if unsure else False
-
-
 def _all_kinds(kinds: list, value: Any) -> Optional[bool]:
     unsure = False
     for kind in kinds:
@@ -247,6 +272,10 @@ def _all_kinds(kinds: list, value: Any) -> Optional[bool]:
         if matched is None:
             unsure = True
     return None if unsure else False
+
+
+# the kinds a plain isinstance decides exactly as jsonschema does
+_PLAIN_KINDS = {"object": dict, "array": list, "string": str, "null": type(None)}
 
 
 def _is_kind(kind: Any, value: Any) -> Optional[bool]:
