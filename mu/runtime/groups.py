@@ -82,20 +82,20 @@ def group_empty(pgid: int, spare: int = 0) -> bool:
     come to mu as their subreaper) are reaped first, all but `spare`,
     through the kernel's own list of mu's children: a group left with
     only those reads empty without a scan of the process table."""
+    if _no_such_group(pgid) or _reap_exited_children(pgid, spare) and _no_such_group(pgid):
+        return True
+    return not members(pgid, spare)
+
+
+def _no_such_group(pgid: int) -> bool:
+    """The kernel knows no process of group `pgid` (a zombie still counts)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         pass
-    if _reap_exited_children(pgid, spare):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-    return not members(pgid, spare)
+    return False
 
 
 def _reap_exited_children(pgid: int, spare: int) -> bool:
