@@ -124,6 +124,23 @@ def test_without_a_delivery_the_cursor_is_the_current_runs(world):
     assert [m["params"]["afterRuns"] for m in world.sent("channel.watch")] == [5]
 
 
+def test_a_read_that_hangs_ends_with_the_waits_own_timeout(world, monkeypatch):
+    # the agent's turn reads never answer (as over a cut link): the wait
+    # still ends by its --timeout, its reads cut at that time, not at a
+    # read's own 10 s (protocol "Timeouts and cancel")
+    from mu.deadline import READ_TIMEOUT_S
+
+    world.agent("ws/a", runs=1, state="idle")
+    monkeypatch.setenv("FAKE_ON_CHANNEL_READSTATES", "hang")
+    began = time.monotonic()
+    out, _ = waited("ws/a", "--after", "1", "--timeout", "1")
+    took = time.monotonic() - began
+    assert out.returncode == 124, out.stderr
+    assert "no event from ws/a within 1 s" in out.stderr
+    assert took < READ_TIMEOUT_S, took
+    assert world.sent("channel.readStates")  # it was asked, and hung
+
+
 def test_a_turn_that_settles_while_the_watch_is_set_up_is_seen_once(world, monkeypatch):
     world.agent("ws/a", runs=2, state="busy")
     monkeypatch.setenv("FAKE_ON_CHANNEL_WATCH", "slow:1000")  # the watch's reply waits

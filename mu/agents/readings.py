@@ -60,12 +60,22 @@ class Clients:
 
     def __init__(self) -> None:
         self._by_name: Dict[str, PluginClient] = {}
+        self._until: Optional[Deadline] = None
 
     def get(self, plugin: str) -> PluginClient:
         client = self._by_name.get(plugin)
         if client is None:
             client = self._by_name[plugin] = jobseam.client_for(plugin)
+            client.until = self._until
         return client
+
+    def bound(self, until: Optional[Deadline]) -> None:
+        """From now on no call of these clients (those made and those to
+        come) ends past `until`; None gives each call its own time again
+        (`PluginClient.until`)."""
+        self._until = until
+        for client in self._by_name.values():
+            client.until = until
 
     def stop(self, reason: str = "done") -> None:
         for client in self._by_name.values():

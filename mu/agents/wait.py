@@ -315,8 +315,19 @@ def _wait(picked: List[Agent], named: bool, after: Optional[int], timeout_s: Opt
             found = _start(w, clients)
             if found is not None:
                 return found
-        return _loop(live, until, timeout_s, margin_ms, clients, also, new)
+        # from here no call outlives the wait's own time: a read that
+        # hangs (a cut link) ends with it, and the wait times out on time
+        clients.bound(until)
+        try:
+            return _loop(live, until, timeout_s, margin_ms, clients, also, new)
+        except TimedOut:
+            raise
+        except MuError:
+            if until is not None and until.expired:
+                raise _timed_out(live, timeout_s) from None
+            raise
     finally:
+        clients.bound(None)
         if rounds is None:
             for w in live:
                 if w.watch is not None and not w.watch.fired:

@@ -75,6 +75,9 @@ class PluginClient:
         self.process: Optional[PluginProcess] = None
         self.handshake: Optional[Dict[str, Any]] = None
         self.refused: Optional[str] = None
+        # the latest any call or watch may end, whatever its own timeout: a
+        # verb bounded by a time of its own (`mu wait --timeout`) sets it
+        self.until: Optional[Deadline] = None
 
     @property
     def instance(self) -> str:
@@ -174,8 +177,9 @@ class PluginClient:
         """One call, retried while the plugin answers `retryable`.  `params`
         must hold `target`.  The whole call, its retries and the pauses
         between them, has one deadline `timeout_s` from now: every try's
-        `params.deadline` is that deadline, and no try starts past it."""
-        deadline = Deadline.after(timeout_s)
+        `params.deadline` is that deadline, and no try starts past it
+        (nor past `until`, when it is set)."""
+        deadline = self._deadline(timeout_s)
         sent = _with_deadline(params, deadline)
         process = self.process
         if process is None or process.state is not RUNNING or self.handshake is None:
@@ -195,11 +199,16 @@ class PluginClient:
         """A `channel.watch` call, retried as `call` is; its reply opens the
         returned `Watch` (protocol "The channel"), which lives as long as
         this plugin process does."""
-        deadline = Deadline.after(timeout_s)
+        deadline = self._deadline(timeout_s)
         return self._with_retries(
             "channel.watch", _with_deadline(params, deadline), deadline, cancel,
             lambda process, sent, deadline: process.watch(sent, deadline, cancel),
         )
+
+    def _deadline(self, timeout_s: float) -> Deadline:
+        deadline = Deadline.after(timeout_s)
+        until = self.until
+        return until if until is not None and until.monotonic < deadline.monotonic else deadline
 
     def _with_retries(self, method: str, sent: Dict[str, Any], deadline: Deadline, cancel: Optional[Token],
                       send: Callable[[PluginProcess, Dict[str, Any], Deadline], Any], first: int = 0) -> Any:
