@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 RETRIES = 3  # protocol "Errors": retryable is retried at most three times
 RETRY_PAUSES_S = (0.05, 0.2, 0.5)
 PROTOCOL_RANGE = constants.PROTOCOL_RANGE
+CUT_AT_LEAST_S = 1.0  # what a call cut by `until` still gets from its start
 PIPE_CLOSED_EXIT_S = 1.0  # how long a handshake that found stdin closed waits to name the plugin's exit
 
 
@@ -75,8 +76,9 @@ class PluginClient:
         self.process: Optional[PluginProcess] = None
         self.handshake: Optional[Dict[str, Any]] = None
         self.refused: Optional[str] = None
-        # the latest any call or watch may end, whatever its own timeout: a
-        # verb bounded by a time of its own (`mu wait --timeout`) sets it
+        # the latest any call or watch may end, whatever its own timeout
+        # (but never less than CUT_AT_LEAST_S from its start): a verb
+        # bounded by a time of its own (`mu wait --timeout`) sets it
         self.until: Optional[Deadline] = None
 
     @property
@@ -208,7 +210,12 @@ class PluginClient:
     def _deadline(self, timeout_s: float) -> Deadline:
         deadline = Deadline.after(timeout_s)
         until = self.until
-        return until if until is not None and until.monotonic < deadline.monotonic else deadline
+        if until is None or until.monotonic >= deadline.monotonic:
+            return deadline
+        # a call begun at or past `until` still gets a moment: a read made
+        # just as a wait runs out answers what it read (a block, a settle)
+        floor = Deadline.after(min(timeout_s, CUT_AT_LEAST_S))
+        return floor if floor.monotonic > until.monotonic else until
 
     def _with_retries(self, method: str, sent: Dict[str, Any], deadline: Deadline, cancel: Optional[Token],
                       send: Callable[[PluginProcess, Dict[str, Any], Deadline], Any], first: int = 0) -> Any:
