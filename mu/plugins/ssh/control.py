@@ -269,7 +269,7 @@ class Connections:
         check = self._checks.pop(dest, None)  # `first` started it: read it, not another
         if check is not None and check.answer(end):
             return check.sure()  # the one a run may already be on
-        if check is None and self._users_master(dest, end):
+        if check is None and Check.start(self._check_argv(dest), None).answer(end):
             return self._users(dest)
         path = os.path.join(self._socket_folder(), sha256_hex(dest)[:16])
         try:
@@ -303,14 +303,6 @@ class Connections:
                 raise sdk.Retryable("no connection to %s within the call's time" % dest)
             time.sleep(0.005)
 
-    def _users_master(self, dest: str, end: float) -> bool:
-        """Does the user's configuration name a ControlPath with a live master?"""
-        try:
-            done = runner.run(self._check_argv(dest), end=_check_end(end))
-        except sdk.PluginError:  # no ssh to run: the master's start says so
-            return False
-        return done.ended == "exit" and done.code == 0
-
     def _users(self, dest: str, master_only: bool = False) -> Connection:
         """The connection through the user's own master."""
         conn = Connection(self.options, dest, None, None)
@@ -343,15 +335,16 @@ class Connections:
 class Check:
     """`ssh -O check` of one destination, started and read later
     (`Connections.first`): whether the user's master is up.  `conn` is the
-    connection through it, as the run started beside the check uses it."""
+    connection through it, as the run started beside the check uses it
+    (None for a check that is read at once, `_connect`'s own)."""
 
-    def __init__(self, child: Optional[Child], conn: Connection) -> None:
+    def __init__(self, child: Optional[Child], conn: Optional[Connection]) -> None:
         self.child = child  # None: ssh could not start (no master of the user's, then)
         self.conn = conn
         self.up: Optional[bool] = None
 
     @classmethod
-    def start(cls, argv: List[str], conn: Connection) -> "Check":
+    def start(cls, argv: List[str], conn: Optional[Connection]) -> "Check":
         from mu.sdk.command import Child
 
         try:
@@ -362,6 +355,7 @@ class Check:
     def sure(self) -> Connection:
         """`conn`, once the check found the master up: its later clients
         may reach the host as the user's configuration says."""
+        assert self.conn is not None
         self.conn.master_only = False
         return self.conn
 
